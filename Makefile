@@ -1,0 +1,28 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install test lint bench serve
+
+$(BIN)/convtune: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/convtune
+
+install: $(BIN)/convtune
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -x --durations=15 tests
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy --config-file pyproject.toml -p convtune
+
+serve: install
+	$(BIN)/convtune serve
+
+bench: install
+	$(BIN)/python bench/run.py

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, alembic migrations, the MetaSchedule database adapter."""

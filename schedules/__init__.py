@@ -1,0 +1,1 @@
+"""Schedule spaces and rules convtune searches (MetaSchedule space generators, our own rules)."""
