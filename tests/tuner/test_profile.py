@@ -1,0 +1,72 @@
+"""onnxruntime per-node times, attributed back to the ONNX nodes of the original graph."""
+
+import numpy as np
+import pytest
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.profile import ort_node_times
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _model() -> bytes:
+    """heavy 3×3 conv → BN → Relu → light 1×1 conv → Add(residual) → Relu; names ≠ tensor names."""
+    rng = np.random.default_rng(0)
+
+    def init(name, shape, scale=0.1):
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name
+        )
+
+    inits = [
+        init("w_heavy", (32, 32, 3, 3)),
+        init("w_light", (32, 32, 1, 1)),
+        init("gamma", (32,)),
+        init("beta", (32,)),
+        init("mean", (32,)),
+        numpy_helper.from_array(np.ones(32, np.float32), "var"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w_heavy"], ["t1"], name="heavy", pads=[1] * 4),
+        helper.make_node(
+            "BatchNormalization", ["t1", "gamma", "beta", "mean", "var"], ["t2"], name="bn"
+        ),
+        helper.make_node("Relu", ["t2"], ["t3"], name="relu1"),
+        helper.make_node("Conv", ["t3", "w_light"], ["t4"], name="light"),
+        helper.make_node("Add", ["t4", "t3"], ["t5"], name="residual"),
+        helper.make_node("Relu", ["t5"], ["y"], name="relu2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 56, 56))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 56, 56))],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+FEEDS = {"x": np.random.default_rng(1).standard_normal((1, 32, 56, 56)).astype(np.float32)}
+
+
+def test_fused_kernels_are_attributed_to_their_conv():
+    times = ort_node_times(_model(), FEEDS, threads=1, runs=5)
+    assert {"heavy", "light"} <= set(times)
+    # BN/Relu/Add were folded into the convs: they have no time of their own.
+    assert not {"bn", "relu1", "residual", "relu2"} & set(times)
+    # Anything else is a layout kernel onnxruntime added itself.
+    assert all(k.startswith("Reorder") for k in set(times) - {"heavy", "light"})
+    assert all(v > 0 for v in times.values())
+    # 9× the FLOPs: a profiler that misattributes or mixes up nodes fails this.
+    assert times["heavy"] > 2 * times["light"]
+
+
+def test_unoptimized_graph_reports_every_onnx_node():
+    times = ort_node_times(_model(), FEEDS, threads=1, runs=2, optimization="none")
+    assert set(times) == {"heavy", "bn", "relu1", "light", "residual", "relu2"}
+    assert times["heavy"] > times["light"]
+
+
+def test_user_errors():
+    with pytest.raises(ConvtuneError, match="runs must be >= 1"):
+        ort_node_times(_model(), FEEDS, threads=1, runs=0)
+    with pytest.raises(ConvtuneError, match="unknown optimization 'max'"):
+        ort_node_times(_model(), FEEDS, threads=1, runs=1, optimization="max")

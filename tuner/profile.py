@@ -1,0 +1,122 @@
+"""Per-layer times: onnxruntime's own profiler, attributed back to the ONNX nodes of the model.
+
+With full graph optimisation onnxruntime fuses Conv → BatchNormalization → Relu (and a residual
+Add) into one NCHWc kernel named ``<output tensor>_nchwc``. Such a kernel is attributed to the ONNX
+node it grew from: the producer of that tensor, walked back through the activations/BatchNorm that
+onnxruntime folds into a conv. Kernels with no ONNX counterpart (``ReorderInput``/``ReorderOutput``
+layout changes) keep onnxruntime's name, so the times still add up to the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import tempfile
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from convtune.tuner.bench import ort_session
+from convtune.tuner.errors import ConvtuneError
+
+_KERNEL_SUFFIX = "_kernel_time"
+_NCHWC_SUFFIX = "_nchwc"
+#: Ops onnxruntime folds into the conv before them (so their output names the fused kernel).
+_FOLDED_INTO_CONV = frozenset(
+    {"BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh"}
+)
+
+_LEVELS = {
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+
+class _NodeResolver:
+    """Maps onnxruntime kernel names to ONNX node names of the original graph."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.names = {n.name for n in model.graph.node if n.name}
+        self.producer = {out: n for n in model.graph.node for out in n.output}
+
+    def __call__(self, kernel: str) -> str:
+        if kernel in self.names:
+            return kernel
+        tensor = kernel.removesuffix(_NCHWC_SUFFIX)
+        node = self.producer.get(tensor)
+        if node is None or not node.name:
+            return kernel
+        while node.op_type in _FOLDED_INTO_CONV:
+            parent = self.producer.get(node.input[0])
+            if parent is None or not parent.name:
+                break
+            node = parent
+        return node.name
+
+
+def _load_trace(path: str) -> list[dict]:
+    trace = json.loads(pathlib.Path(path).read_text())
+    # Older onnxruntime versions wrap the events in {"traceEvents": [...]}.
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def _per_run_totals(events: list[dict], resolve: _NodeResolver) -> list[dict[str, float]]:
+    """Kernel microseconds summed per resolved name, one dict per ``model_run`` in time order."""
+    runs = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "Session" and e.get("name") == "model_run"
+    )
+    totals: list[dict[str, float]] = [{} for _ in runs]
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith(_KERNEL_SUFFIX):
+            continue
+        for i, (start, end) in enumerate(runs):
+            if start <= e["ts"] <= end:
+                key = resolve(e["name"].removesuffix(_KERNEL_SUFFIX))
+                totals[i][key] = totals[i].get(key, 0.0) + float(e["dur"])
+                break
+    return totals
+
+
+def ort_node_times(
+    model_bytes: bytes,
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    runs: int,
+    *,
+    optimization: str = "all",
+) -> dict[str, float]:
+    """Median milliseconds per ONNX node name over ``runs`` profiled runs (after one warm-up).
+
+    A fused kernel's time is reported under the ONNX node it grew from (its Conv); ops folded into
+    it do not appear. ``optimization`` is ``"all"`` (what a deployment runs), ``"extended"``,
+    ``"basic"`` or ``"none"`` (every ONNX node is its own kernel). A name that appears in only some
+    runs counts 0 in the others.
+    """
+    if runs < 1:
+        raise ConvtuneError(f"profile: runs must be >= 1, got {runs}")
+    if optimization not in _LEVELS:
+        raise ConvtuneError(
+            f"profile: unknown optimization '{optimization}', expected one of {list(_LEVELS)}"
+        )
+    resolve = _NodeResolver(onnx.load_from_string(model_bytes))
+    with tempfile.TemporaryDirectory(prefix="convtune-ortprof-") as tmp:
+        opts = ort.SessionOptions()
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(pathlib.Path(tmp, "ort"))
+        opts.graph_optimization_level = _LEVELS[optimization]
+        sess = ort_session(model_bytes, threads, opts)
+        for _ in range(runs + 1):
+            sess.run(None, dict(feeds))
+        events = _load_trace(sess.end_profiling())
+    per_run = _per_run_totals(events, resolve)[1:]  # the first run pays allocation: warm-up
+    names = {name for run in per_run for name in run}
+    return {
+        name: statistics.median(run.get(name, 0.0) for run in per_run) / 1e3
+        for name in sorted(names)
+    }
