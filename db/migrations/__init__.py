@@ -1,0 +1,1 @@
+"""Alembic migration environment for the convtune schema, shipped inside the package."""

@@ -1,0 +1,218 @@
+"""The SQL schema: one ORM class per table. Alembic migrations in ``migrations/`` must match it.
+
+Timestamps are timezone-aware UTC on the way in and on the way out (SQLite keeps no zone, so
+values read back are tagged UTC). JSON columns hold plain Python data (dicts, lists, numbers).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    false,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+WORKLOAD_KINDS = ("conv", "gemm", "matmul", "other")
+
+# Deterministic constraint names so that later migrations can drop or alter them by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A ``DateTime(timezone=True)`` that always returns aware UTC datetimes.
+
+    Naive values written are taken to be UTC already.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads it as a class attribute
+        datetime: UTCDateTime(),
+        # Python None is SQL NULL, not the JSON text 'null', so "IS NULL" means "absent".
+        dict[str, Any]: JSON(none_as_null=True),
+        list[Any]: JSON(none_as_null=True),
+        Any: JSON(none_as_null=True),
+    }
+
+
+class _Row:
+    """Columns every table has: an integer key and the UTC time the row was created."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-2)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, sort_order=-1)
+
+
+class TargetRow(_Row, Base):
+    """A compilation target, identified by the canonical JSON of its TVM config."""
+
+    __tablename__ = "targets"
+
+    key: Mapped[str] = mapped_column(Text, unique=True)
+    spec: Mapped[dict[str, Any]]
+    peak_gflops_per_core: Mapped[float | None] = mapped_column(Float)
+    peak_gflops_all: Mapped[float | None] = mapped_column(Float)
+    peak_threads: Mapped[int | None] = mapped_column(Integer)
+    peak_measured_at: Mapped[datetime | None]
+
+
+class ModelRow(_Row, Base):
+    """An uploaded ONNX model, stored once per content hash."""
+
+    __tablename__ = "models"
+
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(Text)
+    input_shapes: Mapped[dict[str, Any]]
+    inputs: Mapped[list[Any]]
+    outputs: Mapped[list[Any]]
+
+
+class WorkloadRow(_Row, Base):
+    """A TIR module to tune for one target.
+
+    ``shash`` is not unique: equal hashes are only candidates, equality is
+    ``tvm_ffi.structural_equal`` of the modules.
+    """
+
+    __tablename__ = "workloads"
+    __table_args__ = (Index(None, "target_id", "shash"),)
+
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    shash: Mapped[str] = mapped_column(String(32))
+    task_name: Mapped[str] = mapped_column(Text)
+    mod_json: Mapped[str] = mapped_column(Text)
+    flops: Mapped[float | None] = mapped_column(Float)
+
+
+class ModelWorkloadRow(_Row, Base):
+    """One task of a model, linked to the ONNX nodes it covers and to its workload."""
+
+    __tablename__ = "model_workloads"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int | None] = mapped_column(
+        ForeignKey("workloads.id", ondelete="SET NULL"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(16))
+    op: Mapped[str] = mapped_column(String(64))
+    description: Mapped[dict[str, Any]]
+    onnx_nodes: Mapped[list[Any]]
+    occurrences: Mapped[int] = mapped_column(Integer, default=1)
+    flops: Mapped[float] = mapped_column(Float)
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class TuningRecordRow(_Row, Base):
+    """One measured (or failed) candidate schedule of a workload.
+
+    ``mean_sec`` is NULL exactly when the trial failed; ``gflops`` is NULL when it failed or the
+    workload's FLOP count is unknown.
+    """
+
+    __tablename__ = "tuning_records"
+    __table_args__ = (Index(None, "workload_id", "mean_sec"),)
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    trace: Mapped[Any]
+    run_secs: Mapped[list[Any] | None]
+    mean_sec: Mapped[float | None] = mapped_column(Float)
+    gflops: Mapped[float | None] = mapped_column(Float)
+    target: Mapped[Any | None]
+    args_info: Mapped[Any | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    trial_index: Mapped[int | None] = mapped_column(Integer)
+    space: Mapped[str | None] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+
+
+class ArtifactRow(_Row, Base):
+    """A compiled, verified library of a model for a target (file content-addressed by sha256)."""
+
+    __tablename__ = "artifacts"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    sha256: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    manifest: Mapped[dict[str, Any]]
+    verified: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    max_abs_err: Mapped[float | None] = mapped_column(Float)
+    profile: Mapped[Any | None]
+    bench: Mapped[Any | None]
+
+
+class JobRow(_Row, Base):
+    """A tuning job: queued by the API or CLI, claimed and run by a worker."""
+
+    __tablename__ = "jobs"
+
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    target_id: Mapped[int | None] = mapped_column(ForeignKey("targets.id", ondelete="SET NULL"))
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    options: Mapped[dict[str, Any]]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    worker_id: Mapped[str | None] = mapped_column(String(255))
+    heartbeat_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+
+class JobEventRow(_Row, Base):
+    """A progress event of a job; ascending ``id`` is event order."""
+
+    __tablename__ = "job_events"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]]

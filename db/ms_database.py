@@ -1,0 +1,396 @@
+"""MetaSchedule's tuning database on SQL: workloads and tuning records in convtune's tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tvm
+import tvm_ffi
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from tvm.ir import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+from tvm.target import Target
+from tvm.tirx import FloatImm, IntImm
+
+from .models import TargetRow, TuningRecordRow, WorkloadRow
+from .session import session_factory
+
+# MetaSchedule's stand-in run time for a candidate that failed to build or run
+# (SortTuningRecordByMeanRunSecs::kMaxMeanTime in TVM's C++).
+FAILED_RUN_SECS = 1e10
+
+
+def to_plain(obj: Any) -> Any:
+    """Convert TVM containers (Map, Array, IntImm, FloatImm, Target) into plain JSON data."""
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, IntImm | FloatImm):
+        return obj.value
+    if isinstance(obj, Target):
+        return to_plain(obj.export())
+    if isinstance(obj, Mapping | tvm_ffi.Map):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, Sequence | tvm_ffi.Array):
+        return [to_plain(v) for v in obj]
+    raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
+
+
+def target_key(target: Target) -> str:
+    """The identity of a target in the ``targets`` table: its exported config as sorted JSON."""
+    return json.dumps(to_plain(target.export()), sort_keys=True, separators=(",", ":"))
+
+
+def mean_run_sec(run_secs: Sequence[float] | None) -> float | None:
+    """Mean of a trial's run times, or None when the trial produced no valid measurement.
+
+    Matches TVM's TuningRecord::IsValid: a trial whose times are all the failure stand-in (1e10)
+    failed; otherwise the mean is over all the times, as MetaSchedule sorts them.
+    """
+    if not run_secs:
+        return None
+    values = [float(v) for v in run_secs]
+    if any(math.isnan(v) for v in values) or all(v >= FAILED_RUN_SECS for v in values):
+        return None
+    return sum(values) / len(values)
+
+
+def _task_name(mod: IRModule) -> str:
+    names = []
+    for gv, fn in mod.functions.items():
+        symbol = fn.attrs.get("global_symbol") if fn.attrs is not None else None
+        names.append(str(symbol or gv.name_hint))
+    return ",".join(sorted(names)) or "main"
+
+
+def _estimate_flops(mod: IRModule) -> float | None:
+    try:
+        flops = float(estimate_tir_flops(mod))
+    except Exception:  # The estimator rejects some loop nests; FLOPs are then unknown.
+        return None
+    return flops if flops > 0 else None
+
+
+@derived_object
+class SQLDatabase(PyDatabase):
+    """A MetaSchedule ``Database`` whose storage is convtune's SQL tables, bound to one target.
+
+    Storage contract:
+
+    - Every workload committed here belongs to the target given at construction (its
+      ``targets`` row is created on demand, keyed by :func:`target_key`). Two modules are the same
+      workload iff their structural hashes are equal AND ``tvm_ffi.structural_equal`` holds; the
+      lowest row id wins if concurrent writers ever stored equal modules twice.
+    - ``commit_workload(mod)`` returns the stored :class:`Workload` for ``mod``, inserting it if
+      missing; concurrent callers (threads or processes) on the same target are serialised by a
+      row lock on the target so one module is stored once.
+    - ``commit_tuning_record`` and :meth:`record_trial` append a row and commit before returning:
+      a committed record survives the death of the process. Records are never updated.
+    - ``get_top_k(workload, k)`` returns at most ``k`` *successful* records of that workload
+      (``mean_sec`` not NULL), by mean run time ascending, ties broken by insertion (row id).
+      Failed trials (no run times, or only the 1e10 failure stand-in) are stored but never
+      returned by it. ``get_all_tuning_records`` returns every record of this target, failed
+      ones included, in insertion order; ``len()`` counts them.
+    - ``query_tuning_record``/``query_schedule``/``query_ir_module`` return the best record, the
+      schedule made by replaying its trace on a fresh ``tvm.s_tir.Schedule`` of the workload, or
+      that schedule's module; None when the workload is unknown or has no successful record.
+      Their ``target`` argument is ignored, as in TVM's JSON database: this one is bound to a
+      target already.
+    - ``Workload`` objects are cached per instance (the workload table only grows); tuning
+      records are always read from the database, so records added by other processes are seen.
+    """
+
+    def __init__(self, engine: Engine, target: Target, module_equality: str = "structural") -> None:
+        if module_equality != "structural":
+            raise ValueError(
+                f"SQLDatabase supports module_equality='structural' only, got {module_equality!r}"
+            )
+        self._sessions = session_factory(engine)
+        self._target = target
+        self._target_spec = to_plain(target.export())
+        self._target_key = target_key(target)
+        self._lock = threading.RLock()
+        self._workloads: dict[int, Workload] = {}
+        self._ids_by_shash: dict[str, list[int]] = {}
+        self._id_by_handle: dict[int, int] = {}
+        self._flops: dict[int, float | None] = {}
+        self._target_id = self._ensure_target()
+
+    # ----- target -------------------------------------------------------------------------
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    @property
+    def target_id(self) -> int:
+        """Row id of this database's target in ``targets``."""
+        return self._target_id
+
+    def _ensure_target(self) -> int:
+        query = select(TargetRow.id).where(TargetRow.key == self._target_key)
+        with self._sessions() as session:
+            found = session.scalar(query)
+            if found is not None:
+                return found
+            row = TargetRow(key=self._target_key, spec=self._target_spec)
+            session.add(row)
+            try:
+                session.commit()
+                return row.id
+            except IntegrityError:  # Another process inserted the same target first.
+                session.rollback()
+                return session.scalars(query).one()
+
+    # ----- workloads ----------------------------------------------------------------------
+
+    def _remember(self, workload_id: int, workload: Workload, shash: str, flops: float | None):
+        with self._lock:
+            if workload_id in self._workloads:
+                return
+            self._workloads[workload_id] = workload
+            self._ids_by_shash.setdefault(shash, []).append(workload_id)
+            self._ids_by_shash[shash].sort()
+            # Safe as a key: the cache holds the Workload, so its address is never reused.
+            self._id_by_handle[workload.__chandle__()] = workload_id
+            self._flops[workload_id] = flops
+
+    def _find(self, mod: IRModule, shash: str, session: Session | None = None) -> int | None:
+        """Id of the stored workload structurally equal to ``mod``, loading new candidates."""
+        with self._lock:
+            known = list(self._ids_by_shash.get(shash, ()))
+        query = select(WorkloadRow.id, WorkloadRow.mod_json, WorkloadRow.flops).where(
+            WorkloadRow.target_id == self._target_id, WorkloadRow.shash == shash
+        )
+        if known:
+            for workload_id in known:
+                if tvm_ffi.structural_equal(self._workloads[workload_id].mod, mod):
+                    return workload_id
+            query = query.where(WorkloadRow.id.not_in(known))
+        if session is None:
+            with self._sessions() as own:
+                rows = own.execute(query.order_by(WorkloadRow.id)).all()
+        else:
+            rows = session.execute(query.order_by(WorkloadRow.id)).all()
+        for row in rows:
+            self._remember(row.id, Workload(tvm.ir.load_json(row.mod_json)), shash, row.flops)
+        for row in rows:
+            if tvm_ffi.structural_equal(self._workloads[row.id].mod, mod):
+                return row.id
+        return None
+
+    def workload_id(self, mod: IRModule, task_name: str | None = None) -> int:
+        """Row id of the workload for ``mod``; commits it first if missing.
+
+        ``task_name`` labels a new row (default: the module's function names).
+        """
+        shash = str(tvm_ffi.structural_hash(mod))
+        found = self._find(mod, shash)
+        if found is not None:
+            return found
+        with self._sessions() as session, session.begin():
+            # A no-op write on the target row: it takes the write lock (SQLite) or the row lock
+            # (PostgreSQL) before we look again, so concurrent committers of one module wait
+            # and then find the first one's row instead of inserting a twin.
+            session.execute(
+                update(TargetRow).where(TargetRow.id == self._target_id).values(key=TargetRow.key)
+            )
+            found = self._find(mod, shash, session)
+            if found is not None:
+                return found
+            flops = _estimate_flops(mod)
+            row = WorkloadRow(
+                target_id=self._target_id,
+                shash=shash,
+                task_name=task_name or _task_name(mod),
+                mod_json=tvm.ir.save_json(mod),
+                flops=flops,
+            )
+            session.add(row)
+            session.flush()
+            workload_id = row.id
+        self._remember(workload_id, Workload(mod), shash, flops)
+        return workload_id
+
+    def workload(self, workload_id: int) -> Workload:
+        """The stored workload with this row id (of this target); KeyError if there is none."""
+        with self._lock:
+            cached = self._workloads.get(workload_id)
+        if cached is not None:
+            return cached
+        with self._sessions() as session:
+            row = session.get(WorkloadRow, workload_id)
+            if row is None or row.target_id != self._target_id:
+                raise KeyError(f"no workload {workload_id} for target {self._target_key}")
+            self._remember(row.id, Workload(tvm.ir.load_json(row.mod_json)), row.shash, row.flops)
+        return self._workloads[workload_id]
+
+    def _id_of(self, workload: Workload, *, commit: bool) -> int | None:
+        with self._lock:
+            cached = self._id_by_handle.get(workload.__chandle__())
+        if cached is not None:
+            return cached
+        if commit:
+            return self.workload_id(workload.mod)
+        return self._find(workload.mod, str(tvm_ffi.structural_hash(workload.mod)))
+
+    def has_workload(self, mod: IRModule) -> bool:
+        return self._find(mod, str(tvm_ffi.structural_hash(mod))) is not None
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        return self._workloads[self.workload_id(mod)]
+
+    # ----- tuning records -----------------------------------------------------------------
+
+    def _insert_record(self, workload_id: int, **fields: Any) -> int:
+        run_secs = fields.get("run_secs")
+        mean_sec = None if fields.get("error") is not None else mean_run_sec(run_secs)
+        flops = fields.pop("flops", None)
+        if flops is None:
+            flops = self._flops.get(workload_id)
+        gflops = flops / mean_sec / 1e9 if flops and mean_sec else None
+        row = TuningRecordRow(workload_id=workload_id, mean_sec=mean_sec, gflops=gflops, **fields)
+        with self._sessions() as session, session.begin():
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def record_trial(
+        self,
+        workload_id: int,
+        *,
+        trace_json: Any,
+        run_secs: list[float] | None,
+        args_info_json: Any,
+        error: str | None,
+        trial_index: int | None,
+        space: str | None,
+        job_id: int | None,
+        flops: float | None,
+    ) -> int:
+        """Store one trial of ``workload_id`` and return its row id (committed).
+
+        The trial failed if ``error`` is given or ``run_secs`` holds no valid time; then
+        ``mean_sec`` and ``gflops`` are NULL. ``gflops = flops / mean_sec / 1e9`` uses
+        ``flops`` or, when None, the workload's estimated FLOPs.
+        """
+        if workload_id not in self._workloads:
+            self.workload(workload_id)  # Validates that it is a workload of this target.
+        return self._insert_record(
+            workload_id,
+            trace=to_plain(trace_json),
+            run_secs=None if run_secs is None else [float(v) for v in run_secs],
+            target=self._target_spec,
+            args_info=to_plain(args_info_json),
+            error=error,
+            trial_index=trial_index,
+            space=space,
+            job_id=job_id,
+            flops=flops,
+        )
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        workload_id = self._id_of(record.workload, commit=True)
+        assert workload_id is not None
+        trace, run_secs, target, args_info = to_plain(record.as_json())
+        failed = mean_run_sec(run_secs) is None
+        self._insert_record(
+            workload_id,
+            trace=trace,
+            run_secs=run_secs,
+            target=target,
+            args_info=args_info,
+            error="build or run failed (MetaSchedule gave no valid run time)" if failed else None,
+        )
+
+    def _record(self, row: TuningRecordRow) -> TuningRecord:
+        return TuningRecord.from_json(
+            [row.trace, row.run_secs, row.target, row.args_info], self.workload(row.workload_id)
+        )
+
+    def _top_rows(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
+        query = (
+            select(TuningRecordRow)
+            .where(
+                TuningRecordRow.workload_id == workload_id, TuningRecordRow.mean_sec.is_not(None)
+            )
+            .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
+            .limit(top_k)
+        )
+        with self._sessions() as session:
+            return list(session.scalars(query))
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        if top_k <= 0:
+            return []
+        workload_id = self._id_of(workload, commit=False)
+        if workload_id is None:
+            return []
+        return [self._record(row) for row in self._top_rows(workload_id, top_k)]
+
+    def best_record(self, workload_id: int) -> TuningRecordRow | None:
+        """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""
+        rows = self._top_rows(workload_id, 1)
+        return rows[0] if rows else None
+
+    def count_trials(self, workload_id: int) -> int:
+        """Number of records of ``workload_id``, failed trials included."""
+        query = select(func.count(TuningRecordRow.id)).where(
+            TuningRecordRow.workload_id == workload_id
+        )
+        with self._sessions() as session:
+            return int(session.scalar(query) or 0)
+
+    def _target_records(self):
+        return (
+            select(TuningRecordRow)
+            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .where(WorkloadRow.target_id == self._target_id)
+        )
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        with self._sessions() as session:
+            rows = list(session.scalars(self._target_records().order_by(TuningRecordRow.id)))
+        return [self._record(row) for row in rows]
+
+    def __len__(self) -> int:
+        query = select(func.count()).select_from(self._target_records().subquery())
+        with self._sessions() as session:
+            return int(session.scalar(query) or 0)
+
+    # ----- queries used when building -----------------------------------------------------
+
+    def query_tuning_record(
+        self, mod: IRModule, target: Target, workload_name: str | None = None
+    ) -> TuningRecord | None:
+        workload_id = self._find(mod, str(tvm_ffi.structural_hash(mod)))
+        if workload_id is None:
+            return None
+        rows = self._top_rows(workload_id, 1)
+        return self._record(rows[0]) if rows else None
+
+    def query_schedule(
+        self, mod: IRModule, target: Target, workload_name: str | None = None
+    ) -> Schedule | None:
+        record = self.query_tuning_record(mod, target, workload_name)
+        if record is None:
+            return None
+        sch = Schedule(record.workload.mod, error_render_level="detail")
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        return sch
+
+    def query_ir_module(
+        self, mod: IRModule, target: Target, workload_name: str | None = None
+    ) -> IRModule | None:
+        sch = self.query_schedule(mod, target, workload_name)
+        return None if sch is None else sch.mod

@@ -1,0 +1,40 @@
+"""Small real TIR workloads and schedules for the database tests."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import te
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.target import Target
+
+TARGET = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+OTHER_TARGET = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 1})
+
+
+def matmul(n: int = 64, m: int | None = None, k: int | None = None) -> tvm.IRModule:
+    """C[n, m] = A[n, k] @ B[k, m] in float32, as a one-function IRModule named "main"."""
+    m = n if m is None else m
+    k = n if k is None else k
+    a = te.placeholder((n, k), name="A")
+    b = te.placeholder((k, m), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def tiled_schedule(mod: tvm.IRModule, inner: int = 8, seed: int = 1) -> Schedule:
+    """A traced schedule with a sampling instruction (its decision must replay) and a split."""
+    sch = Schedule(mod, seed=seed)
+    block = sch.get_sblock("C")
+    i, j, _ = sch.get_loops(block)
+    i_factors = sch.sample_perfect_tile(i, n=2)
+    sch.split(i, factors=i_factors)
+    _, j_inner = sch.split(j, factors=[None, inner])
+    sch.vectorize(j_inner)
+    sch.parallel(sch.get_loops(block)[0])
+    return sch
+
+
+def args_info(mod: tvm.IRModule) -> list[ArgInfo]:
+    return list(ArgInfo.from_prim_func(mod["main"]))
