@@ -120,7 +120,7 @@ def _try_fold(
     if op in _SHAPE_OPS and node.input[0] in static_shapes:
         shape = static_shapes[node.input[0]]
         if op == "Size":
-            return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+            return [np.array(_size(shape), dtype=np.int64)]
         attrs = {a.name: a.i for a in node.attribute}
         # ONNX Shape's start/end follow Python slice semantics (negative from the end, clamped).
         return [np.array(shape[attrs.get("start", 0) : attrs.get("end")], dtype=np.int64)]
@@ -129,14 +129,23 @@ def _try_fold(
     inputs = [name for name in node.input if name]
     if not inputs or any(name not in constants for name in inputs):
         return None
-    # Skip before decoding any weight when inference already says an output is too big.
-    if any(int(np.prod(static_shapes.get(o, ()))) > max_elements for o in node.output if o):
+    # Decide from inferred shapes before evaluating: an output of unknown size could be huge
+    # (ConstantOfShape, Tile, Range...), and this also avoids decoding weights for nothing.
+    outputs = [o for o in node.output if o]
+    if any(o not in static_shapes or _size(static_shapes[o]) > max_elements for o in outputs):
         return None
     feeds = {name: _constant_value(name, constants, graph) for name in inputs}
     values = _evaluate(node, feeds, opsets)
-    if values is None or any(np.asarray(v).size > max_elements for v in values):
+    if values is None or any(v.size > max_elements for v in values):
         return None
     return values
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
 
 
 def _evaluate(

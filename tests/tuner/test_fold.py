@@ -210,3 +210,48 @@ def test_input_model_is_not_modified():
     before = original.SerializeToString()
     fold_constants(original)
     assert original.SerializeToString() == before
+
+
+def test_big_generated_constants_are_not_materialized():
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="zeros"),
+        helper.make_node("Add", ["x", "zeros"], ["y"], name="add"),
+    ]
+    huge = np.array([100_000, 100_000], np.int64)  # 40 GB if evaluated
+    original = models.make_model(
+        nodes,
+        [_vi("x", [100_000, 100_000])],
+        [_vi("y", [100_000, 100_000])],
+        [numpy_helper.from_array(huge, "shape")],
+    )
+    folded = fold_constants(original)
+    assert [n.name for n in folded.graph.node] == ["zeros", "add"]
+
+
+def test_folding_iterates_until_shapes_downstream_become_static():
+    # Float arithmetic on a shape is not data-propagated by ONNX shape inference, so the first
+    # Reshape's output shape (and the second Shape) only become static after a first fold.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape0"),
+        helper.make_node("Cast", ["s"], ["sf"], name="to_float", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["sf", "one"], ["sf1"], name="times_one"),
+        helper.make_node("Cast", ["sf1"], ["si"], name="to_int", to=TensorProto.INT64),
+        helper.make_node("ReduceProd", ["si"], ["n"], name="prod", keepdims=1),
+        helper.make_node("Reshape", ["x", "n"], ["flat"], name="flatten"),
+        helper.make_node("Shape", ["flat"], ["fs"], name="shape1"),
+        helper.make_node("Concat", ["one_i", "fs"], ["target"], name="cat", axis=0),
+        helper.make_node("Reshape", ["flat", "target"], ["y"], name="reshape"),
+    ]
+    original = models.make_model(
+        nodes,
+        [_vi("x", [2, 3, 4])],
+        [_vi("y", [1, 24])],
+        [
+            numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+            numpy_helper.from_array(np.array([1], np.int64), "one_i"),
+        ],
+    )
+    folded = fold_constants(original)
+    assert [n.name for n in folded.graph.node] == ["flatten", "reshape"]
+    np.testing.assert_array_equal(_initializers(folded)["target"], [1, 24])
+    _assert_same_outputs(original, folded, models.random_inputs(original))
