@@ -1,18 +1,25 @@
-"""Per-layer times: onnxruntime's own profiler, attributed back to the ONNX nodes of the model.
+"""Per-layer times: onnxruntime's profiler per ONNX node, TVM's Relax VM per fused function.
 
 With full graph optimisation onnxruntime fuses Conv → BatchNormalization → Relu (and a residual
 Add) into one NCHWc kernel named ``<output tensor>_nchwc``. Such a kernel is attributed to the ONNX
 node it grew from: the producer of that tensor, walked back through the activations/BatchNorm that
 onnxruntime folds into a conv. Kernels with no ONNX counterpart (``ReorderInput``/``ReorderOutput``
 layout changes) keep onnxruntime's name, so the times still add up to the whole run.
+
+TVM 0.27 has no VM profiler any more (``vm.profile`` and ``tvm.runtime.profiling`` are gone); the
+Relax VM's instrument hook, called before and after every Call instruction, times each compiled
+function instead. Host-side overhead of the hook (~1 µs a call) is outside the timed interval
+except for the Python call return itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 import tempfile
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -118,5 +125,75 @@ def ort_node_times(
     names = {name for run in per_run for name in run}
     return {
         name: statistics.median(run.get(name, 0.0) for run in per_run) / 1e3
+        for name in sorted(names)
+    }
+
+
+_VM_BUILTIN_PREFIX = "vm.builtin."
+
+
+def _vm_args(vm: object, feeds: Mapping[str, np.ndarray], device: object) -> list:
+    """Feeds ordered as the parameters of the VM's ``main`` (the ONNX graph input names)."""
+    import tvm
+
+    arity = vm._get_function_arity("main")  # type: ignore[attr-defined]
+    names = [vm._get_function_param_name("main", i) for i in range(arity)]  # type: ignore[attr-defined]
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise ConvtuneError(f"profile: missing input(s) {', '.join(missing)}")
+    return [tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), device) for n in names]
+
+
+def tvm_layer_times(
+    vm_module_path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    *,
+    runs: int = 5,
+) -> dict[str, float]:
+    """Median milliseconds per compiled function (fused TIR kernel) of a built Relax VM library.
+
+    ``vm_module_path`` is a library exported by ``Executable.export_library``; ``feeds`` are keyed
+    by the names of ``main``'s parameters. One un-instrumented warm-up run precedes ``runs`` timed
+    runs; a function called several times in a run (one kernel shared by identical layers)
+    reports the sum of its calls. VM builtins (allocation, reshape views) are left out.
+    """
+    import tvm
+    from convtune.tuner.runtime import set_threads
+    from tvm import relax
+
+    if runs < 1:
+        raise ConvtuneError(f"profile: runs must be >= 1, got {runs}")
+    path = pathlib.Path(vm_module_path)
+    if not path.is_file():
+        raise ConvtuneError(f"profile: no such library: {path}")
+    set_threads(threads)
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), device)
+    args = _vm_args(vm, feeds, device)
+    vm["main"](*args)
+
+    starts: list[float] = []
+    current: dict[str, float] = {}
+
+    def instrument(func, symbol, before_run, ret_value, *call_args):  # type: ignore[no-untyped-def]
+        now = time.perf_counter()
+        if symbol.startswith(_VM_BUILTIN_PREFIX):
+            return 0
+        if before_run:
+            starts.append(now)
+        else:
+            current[symbol] = current.get(symbol, 0.0) + now - starts.pop()
+        return 0  # VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    per_run: list[dict[str, float]] = []
+    for _ in range(runs):
+        current = {}
+        vm["main"](*args)
+        per_run.append(current)
+    names = {name for run in per_run for name in run}
+    return {
+        name: statistics.median(run.get(name, 0.0) for run in per_run) * 1e3
         for name in sorted(names)
     }

@@ -70,3 +70,49 @@ def test_user_errors():
         ort_node_times(_model(), FEEDS, threads=1, runs=0)
     with pytest.raises(ConvtuneError, match="unknown optimization 'max'"):
         ort_node_times(_model(), FEEDS, threads=1, runs=1, optimization="max")
+
+
+def _build_fused_library(tmp_path):
+    """A conv net through TVM's frontend and fusion passes, exported like the engine's artifact."""
+    import tvm
+    import tvm.relax.frontend.onnx
+    from tvm import relax
+
+    from tests.models import three_conv_cnn
+
+    model = three_conv_cnn(size=16)
+    mod = tvm.relax.frontend.onnx.from_onnx(model)
+    fuse = tvm.ir.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    path = tmp_path / "model.so"
+    relax.build(fuse(mod), target=target).export_library(str(path))
+    return model, path
+
+
+def test_tvm_layer_times_per_fused_function(tmp_path):
+    from convtune.tuner.profile import tvm_layer_times
+
+    from tests.models import random_inputs
+
+    model, path = _build_fused_library(tmp_path)
+    feeds = random_inputs(model)
+    times = tvm_layer_times(path, feeds, threads=1, runs=3)
+    convs = [name for name in times if "conv2d" in name]
+    assert len(convs) >= 2, times
+    assert not any(name.startswith("vm.builtin.") for name in times)
+    assert all(v > 0 for v in times.values())
+    # Untuned convs are naive loops: they dominate everything else in the net.
+    assert sum(times[c] for c in convs) > 0.5 * sum(times.values())
+
+    with pytest.raises(ConvtuneError, match="missing input"):
+        tvm_layer_times(path, {}, threads=1)
+    with pytest.raises(ConvtuneError, match="no such library"):
+        tvm_layer_times(tmp_path / "absent.so", feeds, threads=1)
