@@ -271,7 +271,7 @@ def _require_allowed_dtype(kind: str, name: str, elem_type: int) -> None:
 
 def _dtype_name(elem_type: int) -> str:
     """numpy-style name: float32, float16, bfloat16, float8e4m3fn, complex64, string..."""
-    special = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64"}
+    special: dict[int, str] = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64"}
     if elem_type in special:
         return special[elem_type]
     try:

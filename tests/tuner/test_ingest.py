@@ -461,3 +461,19 @@ def test_parse_input_shape():
 def test_parse_input_shape_rejects(text):
     with refused(ConvtuneError, "--input-shape"):
         parse_input_shape(text)
+
+
+@pytest.mark.parametrize(
+    "builder", [*BUILDERS, models.dynamic_reshape_model], ids=lambda b: b.__name__
+)
+def test_every_ingested_library_model_converts_with_the_tvm_frontend(builder):
+    import tvm.relax.frontend.onnx
+
+    original = builder()
+    shapes = {"x": (2, 3, 8, 8)} if builder is models.dynamic_reshape_model else None
+    ingested = load_model(models.to_bytes(original), shapes)
+    mod = tvm.relax.frontend.onnx.from_onnx(ingested.model, keep_params_in_input=True)
+    main = mod["main"]
+    assert int(main.attrs["num_input"]) == len(ingested.inputs)
+    # Static output shapes all the way through: what MetaSchedule task extraction needs.
+    assert tuple(int(d) for d in main.ret_ty.shape.values) == ingested.outputs[0].shape
