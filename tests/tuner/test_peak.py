@@ -2,9 +2,9 @@
 
 import json
 import os
-import time
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 import typer
 from convtune.service.cli_perf import perf_app
@@ -12,44 +12,57 @@ from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.peak import best_isa, measure_peak
 from typer.testing import CliRunner
 
+_NUMPY_SGEMM = """
+import time, numpy as np
+rng = np.random.default_rng(0)
+a = rng.standard_normal((1024, 1024), dtype=np.float32)
+b = rng.standard_normal((1024, 1024), dtype=np.float32)
+a @ b
+best = float("inf")
+for _ in range(10):
+    start = time.perf_counter(); a @ b; best = min(best, time.perf_counter() - start)
+print(2 * 1024**3 / best / 1e9)
+"""
 
-def _numpy_sgemm_gflops(n: int = 1024, repeats: int = 10) -> float:
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    a @ b  # warm up OpenBLAS's thread pool
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
+
+def _numpy_sgemm_gflops_one_thread() -> float:
+    """numpy's sgemm GFLOP/s with OpenBLAS pinned to one thread (set before numpy loads)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _NUMPY_SGEMM], env=env, capture_output=True, text=True, check=True
+    )
+    return float(out.stdout)
 
 
 def test_peak_bounds_numpy_sgemm():
-    """What can honestly be asserted about a BLAS we do not control.
+    """What can honestly be asserted about a BLAS we do not control, on one core each.
 
-    Upper: no fp32 code on these cores beats the FMA peak (numpy may use fewer threads than all
-    cores, never more). Lower: OpenBLAS may pick AVX2 kernels even on AVX-512 CPUs (it does on
-    Zen 5, whose 512-bit FMA doubles the AVX2 rate), so numpy is only bound to reach half of the
-    *single-core AVX2* peak - any BLAS worth the name does, with one thread or more.
+    One thread on both sides: a multi-threaded BLAS collapses when other processes share the
+    cores, a single-threaded one only loses time slices, which best-of-N filters out.
+    Upper: no fp32 code beats the FMA peak. Lower: OpenBLAS may pick AVX2 kernels even on
+    AVX-512 CPUs (it does on Zen 5, whose 512-bit FMA doubles the AVX2 rate), so numpy is only
+    bound to reach half of the AVX2 peak - any BLAS worth the name does.
     """
+    best, avx2, numpy_gflops = 0.0, 0.0, 0.0
+    # Interleaved rounds, best of each: other processes on a shared machine only slow a run.
+    for _ in range(3):
+        best = max(best, measure_peak(1, repeats=3, seconds=0.05).gflops_per_core)
+        avx2 = max(avx2, measure_peak(1, isa="avx2", repeats=3, seconds=0.05).gflops_per_core)
+        numpy_gflops = max(numpy_gflops, _numpy_sgemm_gflops_one_thread())
+    assert numpy_gflops <= best * 1.1, (numpy_gflops, best)
+    assert numpy_gflops >= avx2 / 2, (numpy_gflops, avx2)
+    assert best >= 0.9 * avx2  # wider vectors are never slower
+
+
+def test_all_threads_figure():
     cores = os.cpu_count() or 1
-    # Interleaved, best of each: other processes on this shared machine only ever slow a run.
-    numpy_runs = [_numpy_sgemm_gflops()]
-    best = measure_peak(cores, repeats=3, seconds=0.1)
-    numpy_runs.append(_numpy_sgemm_gflops())
-    avx2 = measure_peak(1, isa="avx2", repeats=3, seconds=0.1)
-    numpy_runs.append(_numpy_sgemm_gflops())
-    numpy_gflops = max(numpy_runs)
-    assert numpy_gflops <= best.gflops_all * 1.1, (numpy_gflops, best)
-    assert numpy_gflops >= avx2.gflops_per_core / 2, (numpy_gflops, avx2)
-    # Wider vectors are never slower, and several threads never lose to one by much.
-    assert best.gflops_per_core >= 0.9 * avx2.gflops_per_core
-    assert best.gflops_all >= 0.9 * best.gflops_per_core
-    assert best.gflops_all <= 1.15 * cores * best.gflops_per_core
-    assert best.threads == cores
-    assert best_isa() in best.method
+    result = measure_peak(cores, repeats=3, seconds=0.05)
+    assert result.threads == cores
+    assert best_isa() in result.method
+    # Never more than linear scaling. Contention from other processes only lowers a figure, so
+    # the per-core rate is the best of two measurements taken around the all-threads one.
+    per_core = max(result.gflops_per_core, measure_peak(1, repeats=3, seconds=0.05).gflops_all)
+    assert result.gflops_all <= 1.15 * cores * per_core
 
 
 def test_fallback_selection_and_user_errors():
