@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 from convtune.tuner.errors import InvalidModelError
@@ -70,7 +71,7 @@ def conv_output_spatial(
     return tuple(out)
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from convtune.tuner.errors import ConvtuneError
@@ -96,7 +97,7 @@ def best_isa(flags: set[str] | None = None) -> str:
 
 
 @functools.cache
-def _kernel(isa: str) -> ctypes._CFuncPtr:
+def _kernel(isa: str) -> Callable[[int], float]:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise ConvtuneError("peak: no C compiler (gcc) found on PATH")
@@ -119,7 +120,7 @@ def _flops_per_iter(isa: str) -> int:
     return ACCUMULATORS * _LANES[isa] * 2
 
 
-def _run_parallel(fn: ctypes._CFuncPtr, iters: int, threads: int) -> float:
+def _run_parallel(fn: Callable[[int], float], iters: int, threads: int) -> float:
     """Wall seconds for ``threads`` concurrent calls of ``fn(iters)``, timed from a common start."""
     barrier = threading.Barrier(threads + 1)
 

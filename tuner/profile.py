@@ -176,7 +176,7 @@ def tvm_layer_times(
     starts: list[float] = []
     current: dict[str, float] = {}
 
-    def instrument(func, symbol, before_run, ret_value, *call_args):  # type: ignore[no-untyped-def]
+    def instrument(func, symbol, before_run, ret_value, *call_args):
         now = time.perf_counter()
         if symbol.startswith(_VM_BUILTIN_PREFIX):
             return 0
