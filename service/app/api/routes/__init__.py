@@ -1,0 +1,1 @@
+"""One module per resource: models, jobs, artifacts, health."""

@@ -1,0 +1,114 @@
+"""``/api/models``: upload (multipart, streamed), list, show, and queue a tuning job."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from ... import crud
+from ...schemas import ErrorOut, JobCreate, JobOut, ModelOut, ModelSummary
+from ...store import store_upload
+from ...upload import stream_upload
+from ..deps import EngineDep, SessionDep, SettingsDep, TokenDep
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 415, 422)
+}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "input_shapes": {
+                            "type": "string",
+                            "description": "pins dynamic input dims: 'x=1,3,224,224;y=1,10'",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=ModelOut,
+    responses={
+        200: {"model": ModelOut, "description": "these bytes were uploaded before"},
+        **_ERRORS,
+    },
+    openapi_extra=_UPLOAD_BODY,
+)
+async def upload_model(
+    request: Request, response: Response, settings: SettingsDep, engine: EngineDep, _: TokenDep
+) -> ModelOut:
+    """Upload an ONNX model (multipart field ``file``); 201 when new, 200 when already known.
+
+    The body is streamed to disk and refused with 413 as soon as it passes
+    ``CONVTUNE_MAX_UPLOAD_BYTES``.
+    """
+    upload = await stream_upload(
+        request.headers.get("content-type"),
+        request.headers.get("content-length"),
+        request.stream(),
+        tmp_dir=settings.tmp_dir,
+        max_bytes=settings.max_upload_bytes,
+    )
+    sessions = request.app.state.session_factory
+    model_id, created = await run_in_threadpool(
+        store_upload, upload, settings=settings, engine=engine, sessions=sessions
+    )
+    response.status_code = 201 if created else 200
+
+    def _load() -> ModelOut:
+        with sessions() as session:
+            return crud.model_out(session, crud.get_model(session, model_id))
+
+    return await run_in_threadpool(_load)
+
+
+@router.get("", response_model=list[ModelSummary])
+def list_models(
+    session: SessionDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[ModelSummary]:
+    return [crud.model_summary(m) for m in crud.list_models(session, offset=offset, limit=limit)]
+
+
+@router.get("/{model_id}", response_model=ModelOut, responses=_ERRORS)
+def get_model(model_id: int, session: SessionDep) -> ModelOut:
+    return crud.model_out(session, crud.get_model(session, model_id))
+
+
+@router.post("/{model_id}/jobs", status_code=201, response_model=JobOut, responses=_ERRORS)
+def create_job(
+    model_id: int,
+    body: JobCreate,
+    response: Response,
+    session: SessionDep,
+    engine: EngineDep,
+    _: TokenDep,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JobOut:
+    """Queue a tuning job; a repeated ``Idempotency-Key`` returns the first job (200)."""
+    model = crud.get_model(session, model_id)
+    # A replayed request must not depend on the target resolving the same way twice.
+    known = crud.find_job_by_key(session, idempotency_key) if idempotency_key else None
+    target_id = known.target_id if known else crud.resolve_target_id(engine, body.target)
+    job, created = crud.create_job(
+        session, model, body, target_id=target_id, idempotency_key=idempotency_key
+    )
+    response.status_code = 201 if created else 200
+    return crud.job_out(session, job)

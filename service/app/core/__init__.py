@@ -1,0 +1,1 @@
+"""Settings, database wiring and error handling shared by every route."""

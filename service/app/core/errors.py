@@ -1,0 +1,96 @@
+"""One JSON error shape for every 4xx/5xx: ``{"error": {"code": "...", "message": "..."}}``.
+
+Routes raise ``ApiError``; user mistakes from the engine (``ConvtuneError``) become 400 with the
+engine's one-line message; anything else is a 500 whose message names no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from http import HTTPStatus
+from typing import Any
+
+from convtune.tuner.errors import ConvtuneError
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error response: HTTP status, a stable machine-readable code, one human line."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def not_found(what: str, ident: object) -> ApiError:
+    return ApiError(404, "not_found", f"{what} {ident} does not exist")
+
+
+def convtune_error_code(exc: ConvtuneError) -> str:
+    """``InvalidModelError`` → ``invalid_model``; the base class → ``bad_request``."""
+    if type(exc) is ConvtuneError:
+        return "bad_request"
+    name = type(exc).__name__.removesuffix("Error")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+
+def _code_for_status(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "http_error"
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error path through ``error_body``."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(ConvtuneError)
+    async def _convtune_error(_: Request, exc: ConvtuneError) -> JSONResponse:
+        return _response(400, convtune_error_code(exc), exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _response(422, "validation_error", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else _code_for_status(exc.status_code)
+        return _response(exc.status_code, _code_for_status(exc.status_code), message, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _response(500, "internal_error", f"internal error ({type(exc).__name__})")

@@ -1,0 +1,260 @@
+"""Database reads and writes behind the routes: rows in, response schemas out.
+
+Job state transitions (claim, heartbeat, cancel, finish) live in ``queue``; this module creates
+and reads. Functions take an open ``Session`` and commit only when they say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from convtune.db.models import (
+    ArtifactRow,
+    JobEventRow,
+    JobRow,
+    ModelRow,
+    ModelWorkloadRow,
+    TuningRecordRow,
+)
+from convtune.db.ms_database import SQLDatabase
+from convtune.tuner.search import OTHER_TASK_TRIALS
+from convtune.tuner.target import make_target
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from .core.errors import ApiError, not_found
+from .schemas import JobCreate, JobOut, LayerProgress, ModelOut, ModelSummary, WorkloadOut
+
+
+def get_model(session: Session, model_id: int) -> ModelRow:
+    model = session.get(ModelRow, model_id)
+    if model is None:
+        raise not_found("model", model_id)
+    return model
+
+
+def find_model_by_sha(session: Session, sha256: str) -> ModelRow | None:
+    return session.scalars(select(ModelRow).where(ModelRow.sha256 == sha256)).first()
+
+
+def list_models(session: Session, *, offset: int = 0, limit: int = 100) -> Sequence[ModelRow]:
+    return session.scalars(select(ModelRow).order_by(ModelRow.id).offset(offset).limit(limit)).all()
+
+
+def _model_workloads(session: Session, model_id: int) -> Sequence[ModelWorkloadRow]:
+    return session.scalars(
+        select(ModelWorkloadRow)
+        .where(ModelWorkloadRow.model_id == model_id)
+        .order_by(ModelWorkloadRow.position, ModelWorkloadRow.id)
+    ).all()
+
+
+def _record_stats(
+    session: Session, workload_ids: Iterable[int | None], job_id: int | None = None
+) -> dict[int, tuple[int, float | None]]:
+    """workload id → (trials, failed ones included; best GFLOP/s); only ``job_id``'s if given."""
+    ids = sorted({i for i in workload_ids if i is not None})
+    if not ids:
+        return {}
+    query = (
+        select(
+            TuningRecordRow.workload_id,
+            func.count(TuningRecordRow.id),
+            func.max(TuningRecordRow.gflops),
+        )
+        .where(TuningRecordRow.workload_id.in_(ids))
+        .group_by(TuningRecordRow.workload_id)
+    )
+    if job_id is not None:
+        query = query.where(TuningRecordRow.job_id == job_id)
+    return {wid: (count, best) for wid, count, best in session.execute(query)}
+
+
+def model_summary(model: ModelRow) -> ModelSummary:
+    return ModelSummary.model_validate(model, from_attributes=True)
+
+
+def model_out(session: Session, model: ModelRow) -> ModelOut:
+    rows = _model_workloads(session, model.id)
+    stats = _record_stats(session, (r.workload_id for r in rows))
+    workloads = []
+    for row in rows:
+        trials, best = stats.get(row.workload_id or -1, (0, None))
+        workloads.append(
+            WorkloadOut(
+                position=row.position,
+                workload_id=row.workload_id,
+                onnx_nodes=row.onnx_nodes,
+                op=row.op,
+                kind=row.kind,
+                description=row.description,
+                occurrences=row.occurrences,
+                flops=row.flops,
+                trials=trials,
+                best_gflops=best,
+            )
+        )
+    return ModelOut(**model_summary(model).model_dump(), workloads=workloads)
+
+
+def get_job(session: Session, job_id: int) -> JobRow:
+    job = session.get(JobRow, job_id)
+    if job is None:
+        raise not_found("job", job_id)
+    return job
+
+
+def find_job_by_key(session: Session, key: str) -> JobRow | None:
+    return session.scalars(select(JobRow).where(JobRow.idempotency_key == key)).first()
+
+
+def _same_request(job: JobRow, model_id: int, options: dict[str, Any]) -> None:
+    if job.model_id != model_id or job.options != options:
+        raise ApiError(
+            409,
+            "idempotency_key_reused",
+            f"Idempotency-Key was already used by job {job.id} with a different request",
+        )
+
+
+def create_job(
+    session: Session,
+    model: ModelRow,
+    body: JobCreate,
+    *,
+    target_id: int | None,
+    idempotency_key: str | None,
+) -> tuple[JobRow, bool]:
+    """Queue a job (committed) → ``(job, True)``; a known key → ``(that job, False)``.
+
+    The same key with a different model or options is a 409: a retried request must be identical.
+    """
+    options = body.model_dump()
+    if idempotency_key is not None:
+        existing = find_job_by_key(session, idempotency_key)
+        if existing is not None:
+            _same_request(existing, model.id, options)
+            return existing, False
+    job = JobRow(
+        model_id=model.id,
+        target_id=target_id,
+        status="queued",
+        options=options,
+        idempotency_key=idempotency_key,
+        attempts=0,
+        cancel_requested=False,
+    )
+    session.add(job)
+    try:
+        session.flush()
+        session.add(JobEventRow(job_id=job.id, kind="queued", payload={"options": options}))
+        session.commit()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert.
+        session.rollback()
+        if idempotency_key is None:
+            raise
+        existing = find_job_by_key(session, idempotency_key)
+        if existing is None:
+            raise
+        _same_request(existing, model.id, options)
+        return existing, False
+    return job, True
+
+
+def layer_budget(kind: str, trials_per_task: int) -> int:
+    """Trials the search gives a task of ``kind`` (the rule of ``search.task_budget``)."""
+    return trials_per_task if kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
+
+
+def job_out(session: Session, job: JobRow) -> JobOut:
+    """The job with per-layer progress from ``tuning_records``.
+
+    A layer's ``trials`` counts every record of its workload, as the search does when it resumes
+    (trials of earlier jobs or other models count); ``trials_this_job`` only this job's.
+    """
+    rows = _model_workloads(session, job.model_id)
+    workload_ids = [r.workload_id for r in rows]
+    mine = _record_stats(session, workload_ids, job_id=job.id)
+    overall = _record_stats(session, workload_ids)
+    per_task = int(job.options.get("trials_per_task") or 0)
+    progress = []
+    # Layers sharing one workload are tuned once: totals count each workload once.
+    budgets: dict[int, int] = {}
+    for row in rows:
+        key = row.workload_id if row.workload_id is not None else -1
+        budget = layer_budget(row.kind, per_task)
+        trials, best = overall.get(key, (0, None))
+        progress.append(
+            LayerProgress(
+                position=row.position,
+                workload_id=row.workload_id,
+                op=row.op,
+                kind=row.kind,
+                onnx_nodes=row.onnx_nodes,
+                trials=trials,
+                trials_this_job=mine.get(key, (0, None))[0],
+                budget=budget,
+                best_gflops=best,
+            )
+        )
+        if row.workload_id is not None:
+            budgets[row.workload_id] = budget
+    return JobOut(
+        id=job.id,
+        model_id=job.model_id,
+        target_id=job.target_id,
+        status=job.status,  # type: ignore[arg-type]
+        options=job.options,
+        worker_id=job.worker_id,
+        attempts=job.attempts,
+        cancel_requested=job.cancel_requested,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        heartbeat_at=job.heartbeat_at,
+        finished_at=job.finished_at,
+        error=job.error,
+        artifact_id=job.artifact_id,
+        trials_done=sum(min(overall.get(w, (0, None))[0], b) for w, b in budgets.items()),
+        trials_budget=sum(budgets.values()),
+        progress=progress,
+    )
+
+
+def list_jobs(
+    session: Session, *, model_id: int | None = None, limit: int = 100
+) -> Sequence[JobRow]:
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    if model_id is not None:
+        query = query.where(JobRow.model_id == model_id)
+    return session.scalars(query).all()
+
+
+def events_after(
+    session: Session, job_id: int, after_id: int, limit: int = 500
+) -> Sequence[JobEventRow]:
+    return session.scalars(
+        select(JobEventRow)
+        .where(JobEventRow.job_id == job_id, JobEventRow.id > after_id)
+        .order_by(JobEventRow.id)
+        .limit(limit)
+    ).all()
+
+
+def get_artifact(session: Session, artifact_id: int) -> ArtifactRow:
+    artifact = session.get(ArtifactRow, artifact_id)
+    if artifact is None:
+        raise not_found("artifact", artifact_id)
+    return artifact
+
+
+def resolve_target_id(engine: Engine, text: str | None) -> int:
+    """The ``targets`` row of a target spelled as the CLI does (None → this host), created if new.
+
+    Raises ``ConvtuneError`` (→ 400) for a target TVM rejects.
+    """
+    # SQLDatabase owns the target identity (its key) and the get-or-create race handling.
+    return SQLDatabase(engine, make_target(text)).target_id

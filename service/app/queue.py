@@ -1,0 +1,224 @@
+"""The job queue in the database: claim, heartbeat, requeue of stale jobs, cancel, finish.
+
+Every transition is a conditional ``UPDATE`` checked by its row count, so two workers (or a worker
+and the API) racing for one job cannot both win, on SQLite as on PostgreSQL. PostgreSQL also
+locks the candidate row with ``SELECT … FOR UPDATE SKIP LOCKED`` so concurrent claimers pick
+different jobs instead of colliding. Each transition writes a ``job_events`` row in the same
+transaction, so an SSE reader that sees a terminal status has already seen every event before it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from convtune.db.models import JobEventRow, JobRow, utcnow
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from .core.errors import ApiError
+from .schemas import TERMINAL_STATUSES
+
+log = logging.getLogger(__name__)
+
+SessionFactory = sessionmaker[Session]
+
+
+def _jsonable(payload: dict[str, Any] | None) -> dict[str, Any]:
+    """Payloads come from the engine (numpy floats, paths): store what JSON can hold."""
+    return json.loads(json.dumps(payload or {}, default=str))
+
+
+def append_event(
+    session: Session, job_id: int, kind: str, payload: dict[str, Any] | None = None
+) -> None:
+    """Add an event to ``session`` (the caller commits, together with its state change)."""
+    session.add(JobEventRow(job_id=job_id, kind=kind, payload=_jsonable(payload)))
+
+
+def record_event(
+    factory: SessionFactory, job_id: int, kind: str, payload: dict[str, Any] | None = None
+) -> None:
+    """Write and commit one event on its own."""
+    with factory() as session:
+        append_event(session, job_id, kind, payload)
+        session.commit()
+
+
+def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
+    """Mark the oldest queued job running for ``worker_id`` and return its id; None if none."""
+    with factory() as session:
+        candidates = session.scalars(
+            select(JobRow.id)
+            .where(JobRow.status == "queued")
+            .order_by(JobRow.id)
+            .limit(5)
+            .with_for_update(skip_locked=True)  # PostgreSQL only; SQLite renders nothing
+        ).all()
+        now = utcnow()
+        for job_id in candidates:
+            claimed = session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.status == "queued")
+                .values(
+                    status="running",
+                    worker_id=worker_id,
+                    started_at=now,
+                    heartbeat_at=now,
+                    finished_at=None,
+                    error=None,
+                )
+            ).rowcount
+            if claimed == 1:
+                attempts = session.scalar(select(JobRow.attempts).where(JobRow.id == job_id))
+                append_event(
+                    session, job_id, "claimed", {"worker_id": worker_id, "attempt": attempts}
+                )
+                session.commit()
+                return job_id
+        session.rollback()
+    return None
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat learned: the job is still ours (``alive``) and whether to cancel it."""
+
+    alive: bool
+    cancel_requested: bool
+
+
+def heartbeat(factory: SessionFactory, job_id: int, worker_id: str) -> Beat:
+    """Refresh the job's ``heartbeat_at`` if ``worker_id`` still owns it while running."""
+    with factory() as session:
+        owned = session.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+            .values(heartbeat_at=utcnow())
+        ).rowcount
+        session.commit()
+        if owned != 1:
+            return Beat(alive=False, cancel_requested=False)
+        cancel = session.scalar(select(JobRow.cancel_requested).where(JobRow.id == job_id))
+        return Beat(alive=True, cancel_requested=bool(cancel))
+
+
+def requeue_stale(
+    factory: SessionFactory, stale_after_seconds: float, max_attempts: int
+) -> list[int]:
+    """Put running jobs whose worker stopped heartbeating back in the queue (``attempts`` + 1).
+
+    A job whose cancel was requested becomes ``cancelled``; one that reaches ``max_attempts``
+    becomes ``failed`` instead of killing workers forever. Returns the ids that were moved.
+    """
+    cutoff = utcnow() - timedelta(seconds=stale_after_seconds)
+    moved = []
+    with factory() as session:
+        stale = session.execute(
+            select(JobRow.id, JobRow.attempts, JobRow.cancel_requested, JobRow.worker_id).where(
+                JobRow.status == "running", JobRow.heartbeat_at < cutoff
+            )
+        ).all()
+        for job_id, attempts, cancel, worker_id in stale:
+            attempts = attempts + 1
+            values: dict[str, Any] = {"worker_id": None, "attempts": attempts}
+            payload = {"worker_id": worker_id, "attempts": attempts}
+            if cancel:
+                kind = values["status"] = "cancelled"
+                values["finished_at"] = utcnow()
+            elif attempts >= max_attempts:
+                kind = values["status"] = "failed"
+                values["finished_at"] = utcnow()
+                values["error"] = f"its worker stopped heartbeating {attempts} times; giving up"
+                payload["error"] = values["error"]
+            else:
+                values["status"] = "queued"
+                kind = "requeued"
+            done = session.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id, JobRow.status == "running", JobRow.heartbeat_at < cutoff
+                )
+                .values(**values)
+            ).rowcount
+            if done == 1:
+                append_event(session, job_id, kind, payload)
+                moved.append(job_id)
+                log.warning("job %d: worker %s is gone → %s", job_id, worker_id, kind)
+        session.commit()
+    return moved
+
+
+def finish(
+    factory: SessionFactory,
+    job_id: int,
+    worker_id: str,
+    status: str,
+    *,
+    error: str | None = None,
+    artifact_id: int | None = None,
+    payload: dict[str, Any] | None = None,
+) -> bool:
+    """End a job this worker owns (terminal ``status``); False if it was taken from us meanwhile."""
+    assert status in TERMINAL_STATUSES
+    with factory() as session:
+        done = session.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+            .values(status=status, error=error, artifact_id=artifact_id, finished_at=utcnow())
+        ).rowcount
+        if done == 1:
+            body = dict(payload or {})
+            if error is not None:
+                body["error"] = error
+            if artifact_id is not None:
+                body["artifact_id"] = artifact_id
+            append_event(session, job_id, status, body)
+        session.commit()
+        return done == 1
+
+
+def release(factory: SessionFactory, job_id: int, worker_id: str, reason: str) -> bool:
+    """Give a job back to the queue (worker shutting down); no attempt is counted."""
+    with factory() as session:
+        done = session.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+            .values(status="queued", worker_id=None)
+        ).rowcount
+        if done == 1:
+            append_event(session, job_id, "released", {"worker_id": worker_id, "reason": reason})
+        session.commit()
+        return done == 1
+
+
+def request_cancel(session: Session, job_id: int) -> None:
+    """Cancel a queued job now; ask the worker of a running one to stop (it polls the flag).
+
+    Raises 409 for a job that already ended. Commits.
+    """
+    now = utcnow()
+    cancelled = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.status == "queued")
+        .values(status="cancelled", cancel_requested=True, finished_at=now)
+    ).rowcount
+    if cancelled == 1:
+        append_event(session, job_id, "cancelled", {"while": "queued"})
+        session.commit()
+        return
+    flagged = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.status == "running")
+        .values(cancel_requested=True)
+    ).rowcount
+    if flagged == 1:
+        append_event(session, job_id, "cancel_requested", {})
+        session.commit()
+        return
+    session.rollback()
+    status = session.scalar(select(JobRow.status).where(JobRow.id == job_id))
+    raise ApiError(409, "job_finished", f"job {job_id} already ended ({status})")

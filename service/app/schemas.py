@@ -1,0 +1,112 @@
+"""Request and response bodies of the HTTP API; the OpenAPI schema is generated from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx/5xx body."""
+
+    error: ErrorDetail
+
+
+class WorkloadOut(BaseModel):
+    """One task of a model: the ONNX nodes it covers and how fast its best schedule is."""
+
+    position: int
+    workload_id: int | None
+    onnx_nodes: list[Any]
+    op: str
+    kind: str
+    description: dict[str, Any]
+    occurrences: int
+    flops: float
+    trials: int = Field(description="measured trials of this workload on its target, all jobs")
+    best_gflops: float | None
+
+
+class ModelSummary(BaseModel):
+    id: int
+    sha256: str
+    name: str
+    size_bytes: int
+    inputs: list[Any]
+    outputs: list[Any]
+    created_at: datetime
+
+
+class ModelOut(ModelSummary):
+    workloads: list[WorkloadOut]
+
+
+class JobCreate(BaseModel):
+    """Options of a tuning job; anything left out takes the engine's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trials_per_task: int = Field(default=64, ge=1, le=100_000)
+    budget_minutes: float | None = Field(default=None, gt=0)
+    target: str | None = Field(
+        default=None, description="None → this host; or 'llvm -mcpu=znver4 -num-cores=2'"
+    )
+    threads: int | None = Field(default=None, ge=1, le=1024)
+    seed: int = 0
+    retune: bool = False
+
+
+class LayerProgress(BaseModel):
+    position: int
+    workload_id: int | None
+    op: str
+    kind: str
+    onnx_nodes: list[Any]
+    trials: int = Field(description="records of the workload, any job, failed ones included")
+    trials_this_job: int
+    budget: int = Field(description="trials the search gives this layer")
+    best_gflops: float | None = Field(description="best of all records of the workload")
+
+
+class JobOut(BaseModel):
+    id: int
+    model_id: int
+    target_id: int | None
+    status: JobStatus
+    options: dict[str, Any]
+    worker_id: str | None
+    attempts: int
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    artifact_id: int | None
+    trials_done: int
+    trials_budget: int
+    progress: list[LayerProgress]
+
+
+class ArtifactOut(BaseModel):
+    id: int
+    model_id: int
+    target_id: int
+    sha256: str
+    size_bytes: int | None = Field(description="None when the file is missing from the store")
+    verified: bool
+    max_abs_err: float | None
+    manifest: dict[str, Any]
+    created_at: datetime
+    download_url: str
+    manifest_url: str

@@ -1,0 +1,266 @@
+"""The tuning worker: claims queued jobs from the database and runs ``tune_model`` on them.
+
+``python -m convtune.service.worker [--once]`` runs one with settings from ``CONVTUNE_*``.
+
+Contract:
+- One measurement at a time per host: a worker holds an ``fcntl`` lock on
+  ``<data_dir>/measure.lock`` from before it claims a job until the job ends, so a second worker
+  on the host leaves queued jobs to workers on other hosts instead of corrupting timings.
+- While it runs a job, a thread refreshes ``heartbeat_at`` every ``heartbeat_seconds``; any worker
+  puts ``running`` jobs whose heartbeat is older than ``stale_after_seconds`` back in the queue
+  (``attempts`` + 1). The engine resumes from the trials already committed to the database.
+- A cancel request, SIGTERM/SIGINT, or losing the job to such a requeue stops the search at its
+  next measured batch and never builds: cancelled → ``cancelled``; SIGTERM → back to ``queued``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from convtune.db.models import JobRow, ModelRow
+from convtune.db.session import make_engine, session_factory
+from convtune.service.app import queue
+from convtune.service.app.core.config import Settings
+from convtune.tuner.errors import ConvtuneError
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger("convtune.worker")
+
+
+class _Abort(Exception):
+    """Raised from the event sink to leave ``tune_model`` before it builds."""
+
+
+class _JobWatch:
+    """Heartbeats one job from a thread and answers ``should_stop`` for the engine."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        job_id: int,
+        worker_id: str,
+        period: float,
+        shutdown: threading.Event,
+    ) -> None:
+        self.sessions = sessions
+        self.job_id = job_id
+        self.worker_id = worker_id
+        self.period = period
+        self.shutdown = shutdown
+        self.cancelled = False
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+
+    def __enter__(self) -> _JobWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.period):
+            try:
+                beat = queue.heartbeat(self.sessions, self.job_id, self.worker_id)
+            except Exception:  # A database hiccup must not kill the heartbeat thread.
+                log.exception("job %d: heartbeat failed", self.job_id)
+                continue
+            self.cancelled = self.cancelled or beat.cancel_requested
+            self.lost = self.lost or not beat.alive
+
+    def should_stop(self) -> bool:
+        return self.cancelled or self.lost or self.shutdown.is_set()
+
+
+@contextmanager
+def host_lock(path: Path, shutdown: threading.Event, poll: float) -> Iterator[bool]:
+    """Hold the host's measurement lock; yields False if ``shutdown`` came first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if shutdown.wait(poll):
+                    yield False
+                    return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def make_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """One worker process's state: settings, database handles, identity, shutdown flag."""
+
+    def __init__(self, settings: Settings, shutdown: threading.Event | None = None) -> None:
+        self.settings = settings
+        self.engine = make_engine(settings.resolved_database_url())
+        self.sessions = session_factory(self.engine)
+        self.worker_id = make_worker_id()
+        self.shutdown = shutdown or threading.Event()
+
+    def requeue_stale(self) -> list[int]:
+        return queue.requeue_stale(
+            self.sessions, self.settings.stale_after_seconds, self.settings.max_attempts
+        )
+
+    def run_one(self) -> int | None:
+        """Claim and run one job (holding the host lock); its id, or None if the queue was empty."""
+        self.requeue_stale()
+        with host_lock(self.settings.lock_path, self.shutdown, self.settings.poll_seconds) as ok:
+            if not ok:
+                return None
+            job_id = queue.claim_next(self.sessions, self.worker_id)
+            if job_id is not None:
+                self._run_job(job_id)
+            return job_id
+
+    def _run_job(self, job_id: int) -> None:
+        log.info("job %d: claimed by %s", job_id, self.worker_id)
+        watch = _JobWatch(
+            self.sessions, job_id, self.worker_id, self.settings.heartbeat_seconds, self.shutdown
+        )
+        try:
+            with watch:
+                artifact_id = self._tune(job_id, watch)
+        except _Abort:
+            self._stopped(job_id, watch)
+            return
+        except ConvtuneError as exc:
+            log.warning("job %d failed: %s", job_id, exc.message)
+            queue.finish(self.sessions, job_id, self.worker_id, "failed", error=exc.message)
+            return
+        except Exception as exc:
+            log.error("job %d crashed:\n%s", job_id, traceback.format_exc())
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            message = f"internal error: {type(exc).__name__}: {first_line}"
+            queue.finish(self.sessions, job_id, self.worker_id, "failed", error=message)
+            return
+        if watch.should_stop():
+            # The search stopped early but the artifact was already being built: keep it.
+            self._stopped(job_id, watch, artifact_id=artifact_id)
+            return
+        queue.finish(self.sessions, job_id, self.worker_id, "succeeded", artifact_id=artifact_id)
+        log.info("job %d: succeeded, artifact %d", job_id, artifact_id)
+
+    def _stopped(self, job_id: int, watch: _JobWatch, artifact_id: int | None = None) -> None:
+        if watch.lost:
+            log.warning("job %d: taken over by another worker; leaving it", job_id)
+        elif watch.cancelled:
+            queue.finish(
+                self.sessions, job_id, self.worker_id, "cancelled", artifact_id=artifact_id
+            )
+            log.info("job %d: cancelled", job_id)
+        else:
+            queue.release(self.sessions, job_id, self.worker_id, "worker shutting down")
+            log.info("job %d: handed back to the queue", job_id)
+
+    def _tune(self, job_id: int, watch: _JobWatch) -> int:
+        # Imported here: TVM takes a second to load and an idle worker does not need it.
+        from convtune.tuner.ingest import load_model
+        from convtune.tuner.pipeline import TuneOptions, tune_model
+
+        with self.sessions() as session:
+            job = session.get(JobRow, job_id)
+            assert job is not None
+            model = session.get(ModelRow, job.model_id)
+            assert model is not None
+            options = dict(job.options)
+            model_path, input_shapes, name = model.path, model.input_shapes, model.name
+        if not model_path or not Path(model_path).is_file():
+            raise ConvtuneError(f"the stored model file {model_path!r} is missing")
+        ingested = load_model(model_path, input_shapes=input_shapes or None, name=name)
+        tune_options = TuneOptions(
+            target=options.get("target"),
+            trials_per_task=int(options.get("trials_per_task", 64)),
+            budget_minutes=options.get("budget_minutes"),
+            threads=options.get("threads"),
+            seed=int(options.get("seed", 0)),
+            retune=bool(options.get("retune", False)),
+        )
+
+        def on_event(kind: str, payload: dict[str, Any]) -> None:
+            queue.record_event(self.sessions, job_id, kind, payload)
+            # The search has returned; stop here rather than build an artifact nobody wants.
+            if kind == "build_started" and watch.should_stop():
+                raise _Abort()
+
+        result = tune_model(
+            ingested,
+            self.settings.artifacts_dir / f"job-{job_id}",
+            tune_options,
+            engine=self.engine,
+            job_id=job_id,
+            on_event=on_event,
+            should_stop=watch.should_stop,
+            stored_path=model_path,
+        )
+        return result.artifact_id
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def run_worker(
+    settings: Settings, *, once: bool = False, shutdown: threading.Event | None = None
+) -> int | None:
+    """Claim and run jobs until ``shutdown`` is set (SIGTERM/SIGINT when run as a program).
+
+    With ``once``, run at most one job and return its id (None if the queue was empty).
+    """
+    settings.ensure_dirs()
+    worker = Worker(settings, shutdown)
+    log.info("worker %s polling %s", worker.worker_id, settings.resolved_database_url())
+    try:
+        while not worker.shutdown.is_set():
+            job_id = worker.run_one()
+            if once:
+                return job_id
+            if job_id is None:
+                worker.shutdown.wait(settings.poll_seconds)
+        return None
+    finally:
+        worker.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m convtune.service.worker")
+    parser.add_argument("--once", action="store_true", help="run at most one job, then exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    shutdown = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: finishing up", signum)
+        shutdown.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    started = time.monotonic()
+    run_worker(Settings(), once=args.once, shutdown=shutdown)
+    log.info("worker exiting after %.0f s", time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    main()
