@@ -49,17 +49,25 @@ def record_event(
 
 
 def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
-    """Mark the oldest queued job running for ``worker_id`` and return its id; None if none."""
+    """Mark the oldest queued job running for ``worker_id`` and return its id; None if none.
+
+    PostgreSQL: the candidate row is locked (``FOR UPDATE SKIP LOCKED``), so the update always
+    wins. SQLite: no row locks; a claimer that loses the conditional update to another looks
+    again, so it returns None only when nothing is queued.
+    """
     with factory() as session:
-        candidates = session.scalars(
-            select(JobRow.id)
-            .where(JobRow.status == "queued")
-            .order_by(JobRow.id)
-            .limit(5)
-            .with_for_update(skip_locked=True)  # PostgreSQL only; SQLite renders nothing
-        ).all()
-        now = utcnow()
-        for job_id in candidates:
+        while True:
+            job_id = session.scalar(
+                select(JobRow.id)
+                .where(JobRow.status == "queued")
+                .order_by(JobRow.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)  # SQLite renders nothing
+            )
+            if job_id is None:
+                session.rollback()
+                return None
+            now = utcnow()
             claimed = session.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.status == "queued")
@@ -72,15 +80,13 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
                     error=None,
                 )
             ).rowcount
-            if claimed == 1:
-                attempts = session.scalar(select(JobRow.attempts).where(JobRow.id == job_id))
-                append_event(
-                    session, job_id, "claimed", {"worker_id": worker_id, "attempt": attempts}
-                )
-                session.commit()
-                return job_id
-        session.rollback()
-    return None
+            if claimed != 1:
+                session.rollback()
+                continue
+            attempts = session.scalar(select(JobRow.attempts).where(JobRow.id == job_id))
+            append_event(session, job_id, "claimed", {"worker_id": worker_id, "attempt": attempts})
+            session.commit()
+            return job_id
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,8 @@ class Proc:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         # Helpers (TVM's builder/runner pools) may outlive a terminated parent.
         self.kill()
 

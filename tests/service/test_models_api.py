@@ -108,7 +108,7 @@ def test_upload_over_the_limit_is_cut_off_while_streaming(service, client):
     """Chunked body, no Content-Length: the limit must hold as bytes arrive."""
     boundary = "convtuneboundary"
     head = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.onnx\"\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.onnx"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
     ).encode()
 

@@ -57,6 +57,11 @@ def cancel_job(job_id: int, session: SessionDep, _: TokenDep) -> JobOut:
     return crud.job_out(session, crud.get_job(session, job_id))
 
 
+def _status(sessions: sessionmaker[Session], job_id: int) -> str | None:
+    with sessions() as session:
+        return session.scalar(select(JobRow.status).where(JobRow.id == job_id))
+
+
 def _poll(
     sessions: sessionmaker[Session], job_id: int, after_id: int
 ) -> tuple[str | None, Sequence[JobEventRow]]:
@@ -100,8 +105,7 @@ async def job_events(
     The stream ends with an ``end`` event once the job has ended and every event was sent.
     """
     sessions: sessionmaker[Session] = request.app.state.session_factory
-    status, _ = await run_in_threadpool(_poll, sessions, job_id, 2**62)
-    if status is None:
+    if await run_in_threadpool(_status, sessions, job_id) is None:
         raise not_found("job", job_id)
 
     async def stream() -> AsyncIterator[str]:
