@@ -64,10 +64,11 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
 
     connect_args = dict(kwargs.pop("connect_args", {}))
     connect_args.setdefault("check_same_thread", False)
-    if _is_sqlite_memory(sa_url.database):
+    database = sa_url.database
+    if database is None or _is_sqlite_memory(database):
         kwargs.setdefault("poolclass", StaticPool)
     else:
-        Path(sa_url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(sa_url, connect_args=connect_args, **kwargs)
     event.listen(engine, "connect", _configure_sqlite)
     return engine

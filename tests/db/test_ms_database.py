@@ -1,0 +1,256 @@
+"""SQLDatabase: MetaSchedule's database contract on SQLite and PostgreSQL with real TIR."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tvm
+import tvm_ffi
+from convtune.db.models import TargetRow, TuningRecordRow, WorkloadRow
+from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
+from convtune.db.session import make_engine, session_factory
+from sqlalchemy import func, select
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.database import TuningRecord
+
+from .tir_helpers import OTHER_TARGET, TARGET, args_info, matmul, tiled_schedule
+
+FLOPS_64 = 2 * 64**3
+
+
+def _count(engine, model) -> int:
+    with session_factory(engine)() as session:
+        return session.scalar(select(func.count()).select_from(model))
+
+
+def _record(db, mod, run_secs, inner: int = 8) -> TuningRecord:
+    workload = db.commit_workload(mod)
+    return TuningRecord(
+        tiled_schedule(mod, inner=inner).trace,
+        workload,
+        run_secs=run_secs,
+        target=TARGET,
+        args_info=args_info(mod),
+    )
+
+
+def _secs(record: TuningRecord) -> list[float]:
+    return [float(v.value) for v in record.run_secs]
+
+
+def test_target_key_is_canonical_and_distinguishes_targets():
+    key = target_key(TARGET)
+    assert json.loads(key)["num-cores"] == 2
+    assert key == json.dumps(json.loads(key), sort_keys=True, separators=(",", ":"))
+    assert target_key(tvm.target.Target(TARGET.export())) == key
+    assert target_key(OTHER_TARGET) != key
+
+
+def test_mean_run_sec_treats_failure_stand_in_as_failed():
+    assert mean_run_sec(None) is None
+    assert mean_run_sec([]) is None
+    assert mean_run_sec([1e10, 1e10]) is None
+    assert mean_run_sec([1e-4, 3e-4]) == pytest.approx(2e-4)
+
+
+def test_workload_round_trip_through_a_new_engine(db_engine, db_url):
+    mod = matmul(64)
+    first = SQLDatabase(db_engine, TARGET)
+    assert not first.has_workload(mod)
+    committed = first.commit_workload(mod)
+    workload_id = first.workload_id(mod)
+
+    other_engine = make_engine(db_url)
+    try:
+        second = SQLDatabase(other_engine, TARGET)
+        assert second.target_id == first.target_id
+        assert second.has_workload(matmul(64))  # Built anew: equal by structure, not identity.
+        loaded = second.commit_workload(matmul(64))
+        assert tvm_ffi.structural_equal(loaded.mod, committed.mod)
+        assert second.workload_id(mod) == workload_id
+        assert tvm_ffi.structural_equal(second.workload(workload_id).mod, mod)
+    finally:
+        other_engine.dispose()
+    assert _count(db_engine, WorkloadRow) == 1
+    with session_factory(db_engine)() as session:
+        row = session.get(WorkloadRow, workload_id)
+        assert row.shash == str(tvm_ffi.structural_hash(mod))
+        assert row.task_name == "main"
+        assert row.flops == FLOPS_64
+        assert row.created_at.tzinfo is not None and row.created_at.utcoffset().total_seconds() == 0
+
+
+def test_dedup_by_structure_and_hash_collisions(db_engine):
+    db = SQLDatabase(db_engine, TARGET)
+    a = db.workload_id(matmul(64))
+    assert db.workload_id(matmul(64)) == a
+    db.commit_workload(matmul(64))
+    assert _count(db_engine, WorkloadRow) == 1
+    b = db.workload_id(matmul(32))
+    assert b != a
+    assert _count(db_engine, WorkloadRow) == 2
+
+    # A forged hash collision: a row with the hash of matmul(16) holding another module.
+    # Equal hashes are only candidates; the adapter must compare structures.
+    collide = matmul(16)
+    with session_factory(db_engine)() as session, session.begin():
+        session.add(
+            WorkloadRow(
+                target_id=db.target_id,
+                shash=str(tvm_ffi.structural_hash(collide)),
+                task_name="impostor",
+                mod_json=tvm.ir.save_json(matmul(8)),
+            )
+        )
+    fresh = SQLDatabase(db_engine, TARGET)
+    assert not fresh.has_workload(collide)
+    c = fresh.workload_id(collide)
+    assert tvm_ffi.structural_equal(fresh.workload(c).mod, collide)
+    assert _count(db_engine, WorkloadRow) == 4
+
+
+def test_workloads_are_per_target(db_engine):
+    mine = SQLDatabase(db_engine, TARGET)
+    theirs = SQLDatabase(db_engine, OTHER_TARGET)
+    mod = matmul(64)
+    mine.commit_tuning_record(_record(mine, mod, [1e-4]))
+    assert not theirs.has_workload(mod)
+    assert len(mine) == 1 and len(theirs) == 0
+    assert theirs.workload_id(mod) != mine.workload_id(mod)
+    assert _count(db_engine, TargetRow) == 2
+    with pytest.raises(KeyError):
+        theirs.workload(mine.workload_id(mod))
+
+
+def test_top_k_orders_successes_by_mean_time_then_insertion(db_engine):
+    db = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    workload = db.commit_workload(mod)
+    committed = [
+        ([3e-4], 4),
+        ([1e-4], 8),  # ties with the split by 16 below: the earlier id comes first
+        ([1e10], 8),  # MetaSchedule's stand-in for a failed build or run
+        (None, 8),
+        ([1e-4], 16),
+        ([2e-4], 32),
+    ]
+    for run_secs, inner in committed:
+        db.commit_tuning_record(_record(db, mod, run_secs, inner))
+
+    assert len(db) == 6
+    assert len(db.get_all_tuning_records()) == 6
+    top = db.get_top_k(workload, 3)
+    assert [_secs(r) for r in top] == [
+        pytest.approx([1e-4]),
+        pytest.approx([1e-4]),
+        pytest.approx([2e-4]),
+    ]
+    # The tie is broken by insertion: the split by 8 was committed before the split by 16.
+    assert "factors=[None, 8]" in str(top[0].trace)
+    assert "factors=[None, 16]" in str(top[1].trace)
+    assert len(db.get_top_k(workload, 100)) == 4
+    assert db.get_top_k(workload, 0) == []
+    assert db.get_top_k(db.commit_workload(matmul(32)), 5) == []
+
+    best = db.best_record(db.workload_id(mod))
+    assert best.mean_sec == pytest.approx(1e-4)
+    assert best.gflops == pytest.approx(FLOPS_64 / 1e-4 / 1e9)
+    with session_factory(db_engine)() as session:
+        failed = session.scalars(
+            select(TuningRecordRow).where(TuningRecordRow.mean_sec.is_(None))
+        ).all()
+    assert len(failed) == 2 and all(row.error for row in failed)
+    assert sorted(str(row.run_secs) for row in failed) == ["None", "[10000000000.0]"]
+
+
+def test_records_written_elsewhere_are_seen_by_a_live_instance(db_engine, db_url):
+    reader = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    workload = reader.commit_workload(mod)
+    assert reader.get_top_k(workload, 1) == []
+    other_engine = make_engine(db_url)
+    try:
+        writer = SQLDatabase(other_engine, TARGET)
+        writer.commit_tuning_record(_record(writer, mod, [7e-5]))
+    finally:
+        other_engine.dispose()
+    assert [_secs(r) for r in reader.get_top_k(workload, 1)] == [[7e-5]]
+
+
+def test_record_trial_and_count_trials(db_engine):
+    db = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    workload_id = db.workload_id(mod)
+    trace = tiled_schedule(mod).trace.as_json()
+    info = [a.as_json() for a in args_info(mod)]
+    common = {"trace_json": trace, "args_info_json": info, "space": "test", "job_id": 7}
+
+    ok = db.record_trial(
+        workload_id, run_secs=[1e-4, 3e-4], error=None, trial_index=0, flops=1e6, **common
+    )
+    derived = db.record_trial(
+        workload_id, run_secs=[5e-4], error=None, trial_index=1, flops=None, **common
+    )
+    db.record_trial(
+        workload_id,
+        run_secs=[1e-5],
+        error="verification failed",
+        trial_index=2,
+        flops=None,
+        **common,
+    )
+    db.record_trial(
+        workload_id, run_secs=None, error="build timed out", trial_index=3, flops=None, **common
+    )
+    assert db.count_trials(workload_id) == 4
+    assert db.count_trials(db.workload_id(matmul(32))) == 0
+
+    with session_factory(db_engine)() as session:
+        row = session.get(TuningRecordRow, ok)
+        assert row.mean_sec == pytest.approx(2e-4)
+        assert row.gflops == pytest.approx(1e6 / 2e-4 / 1e9)
+        assert (row.space, row.job_id, row.trial_index) == ("test", 7, 0)
+        assert row.target == json.loads(target_key(TARGET))
+        assert session.get(TuningRecordRow, derived).gflops == pytest.approx(FLOPS_64 / 5e-4 / 1e9)
+    best = db.best_record(workload_id)
+    assert best.id == ok  # the erroneous 1e-5 trial never counts as the best
+    [record] = db.get_top_k(db.workload(workload_id), 1)
+    assert _secs(record) == pytest.approx([1e-4, 3e-4])
+    with pytest.raises(KeyError):
+        db.record_trial(10_000, run_secs=[1.0], error=None, trial_index=None, flops=None, **common)
+
+
+def test_query_schedule_replays_the_stored_trace(db_engine, db_url):
+    mod = matmul(64)
+    db = SQLDatabase(db_engine, TARGET)
+    assert db.query_schedule(mod, TARGET, "main") is None
+    original = tiled_schedule(mod, inner=16, seed=5)
+    db.commit_tuning_record(
+        TuningRecord(original.trace, db.commit_workload(mod), [1e-4], TARGET, args_info(mod))
+    )
+
+    other_engine = make_engine(db_url)
+    try:
+        fresh = SQLDatabase(other_engine, TARGET)
+        sch = fresh.query_schedule(matmul(64), TARGET, "main")
+        record = fresh.query_tuning_record(matmul(64), TARGET, "main")
+        ir_mod = fresh.query_ir_module(matmul(64), TARGET, "main")
+        # The same queries through TVM's C++ Database interface (what compile_relax uses).
+        via_ffi = fresh.query(matmul(64), TARGET, workload_name="main", kind="ir_module")
+    finally:
+        other_engine.dispose()
+    replay = Schedule(mod)
+    record.trace.apply_to_schedule(replay, remove_postproc=False)
+    assert tvm_ffi.structural_equal(sch.mod, original.mod)
+    assert tvm_ffi.structural_equal(sch.mod, replay.mod)
+    assert tvm_ffi.structural_equal(ir_mod, original.mod)
+    assert tvm_ffi.structural_equal(via_ffi, original.mod)
+    assert not tvm_ffi.structural_equal(sch.mod, mod)  # the schedule really changed the loops
+    # The sampled tile sizes (decisions) survived storage.
+    assert str(sch.trace) == str(original.trace)
+
+
+def test_only_structural_equality_is_supported(db_engine):
+    with pytest.raises(ValueError, match="structural"):
+        SQLDatabase(db_engine, TARGET, module_equality="anchor-block")
