@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import tvm
@@ -254,3 +255,34 @@ def test_query_schedule_replays_the_stored_trace(db_engine, db_url):
 def test_only_structural_equality_is_supported(db_engine):
     with pytest.raises(ValueError, match="structural"):
         SQLDatabase(db_engine, TARGET, module_equality="anchor-block")
+
+
+def test_concurrent_commits_of_one_module_store_one_row(db_engine, db_url):
+    """Writers that all miss the workload at once must still store it once (target row lock)."""
+    writers = 4
+    engines = [make_engine(db_url) for _ in range(writers)]
+    barrier = threading.Barrier(writers)
+    ids: list[int] = []
+    errors: list[BaseException] = []
+
+    def commit(engine) -> None:
+        try:
+            db = SQLDatabase(engine, TARGET)
+            mod = matmul(48)
+            barrier.wait()
+            ids.append(db.workload_id(mod))
+        except BaseException as exc:  # surfaced below; a thread cannot fail the test itself
+            errors.append(exc)
+
+    threads = [threading.Thread(target=commit, args=(engine,)) for engine in engines]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert errors == []
+    assert len(set(ids)) == 1 and len(ids) == writers
+    assert _count(db_engine, WorkloadRow) == 1
