@@ -10,7 +10,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, Select, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
@@ -154,7 +154,9 @@ class SQLDatabase(PyDatabase):
 
     # ----- workloads ----------------------------------------------------------------------
 
-    def _remember(self, workload_id: int, workload: Workload, shash: str, flops: float | None):
+    def _remember(
+        self, workload_id: int, workload: Workload, shash: str, flops: float | None
+    ) -> None:
         with self._lock:
             if workload_id in self._workloads:
                 return
@@ -351,7 +353,7 @@ class SQLDatabase(PyDatabase):
         with self._sessions() as session:
             return int(session.scalar(query) or 0)
 
-    def _target_records(self):
+    def _target_records(self) -> Select[tuple[TuningRecordRow]]:
         return (
             select(TuningRecordRow)
             .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
