@@ -353,7 +353,7 @@ class SQLDatabase(PyDatabase):
         with self._sessions() as session:
             return int(session.scalar(query) or 0)
 
-    def _target_records(self) -> Select[tuple[TuningRecordRow]]:
+    def _target_records(self) -> Select[TuningRecordRow]:
         return (
             select(TuningRecordRow)
             .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
