@@ -1,0 +1,285 @@
+"""The ``convtune`` command line: tune, workloads, run, db upgrade, serve, worker, peak."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from convtune.tuner.errors import ConvtuneError
+
+app = typer.Typer(
+    name="convtune",
+    help="Autotune the Conv/Gemm kernels of an ONNX model for this CPU.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+console = Console(stderr=True)
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="Database URL (default: $CONVTUNE_DATABASE_URL or ./data/convtune.db)."
+    ),
+]
+InputShapeOption = Annotated[
+    list[str] | None,
+    typer.Option("--input-shape", help="Pin an input's shape: NAME=1,3,224,224 (repeatable)."),
+]
+TargetOption = Annotated[
+    str | None,
+    typer.Option("--target", help='Default: this host. E.g. "llvm -mcpu=znver4 -num-cores=2".'),
+]
+
+
+def fail(message: str, exit_code: int = 2) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(exit_code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A user mistake ends the command with its one-line message and exit code, no traceback."""
+    try:
+        yield
+    except ConvtuneError as exc:
+        raise fail(exc.message, exc.exit_code) from None
+
+
+def _quiet_tvm_logs() -> None:
+    # MetaSchedule prints its task tables at INFO; ours is the progress display.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    logging.getLogger("tvm").setLevel(logging.WARNING)
+
+
+def _load(model: Path, input_shape: list[str] | None) -> Any:
+    from convtune.tuner.ingest import load_model, parse_input_shape
+
+    shapes = dict(parse_input_shape(text) for text in input_shape or [])
+    return load_model(model, shapes or None)
+
+
+def _engine(db: str | None) -> Any:
+    from convtune.db.migrate import upgrade
+    from convtune.db.session import make_engine
+
+    upgrade(db)
+    return make_engine(db)
+
+
+@app.command()
+def workloads(
+    model: Annotated[Path, typer.Argument(help="ONNX model file.")],
+    input_shape: InputShapeOption = None,
+    target: TargetOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """List the model's tunable workloads: each Conv/Gemm/MatMul and the other fused tasks."""
+    with user_errors():
+        from convtune.tuner.extract import extract_tasks
+        from convtune.tuner.target import make_target
+
+        ingested = _load(model, input_shape)
+        _, tasks = extract_tasks(ingested, make_target(target))
+    rows = [task.as_dict() for task in tasks]
+    if as_json:
+        print(json.dumps({"model": ingested.name, "sha256": ingested.sha256, "workloads": rows}))
+        return
+    table = Table(title=f"{ingested.name}: {len(rows)} tasks", title_justify="left")
+    for column in ("#", "kind", "op", "shape", "ONNX nodes", "×", "MFLOP", "task"):
+        table.add_column(column, justify="right" if column in ("#", "×", "MFLOP") else "left")
+    for row in sorted(rows, key=lambda r: (r["kind"] == "other", -r["flops"] * r["occurrences"])):
+        table.add_row(
+            str(len(table.rows)),
+            row["kind"],
+            row["op"] or "-",
+            row["shape"],
+            _nodes_text(row["onnx_nodes"]),
+            str(row["occurrences"]),
+            f"{row['flops'] / 1e6:.1f}",
+            row["task"],
+        )
+    Console().print(table)
+
+
+def _nodes_text(nodes: list[str], limit: int = 3) -> str:
+    if len(nodes) <= limit:
+        return ", ".join(nodes) or "-"
+    return ", ".join(nodes[:limit]) + f" (+{len(nodes) - limit})"
+
+
+class Progress:
+    """A live per-task table: op, shape, trials / budget, best GFLOP/s."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.status = ""
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+
+    def _render(self) -> Table:
+        table = Table(title=self.status or "tuning", title_justify="left")
+        for column in ("task", "op", "shape", "trials", "best GFLOP/s", "best ms"):
+            table.add_column(column)
+        for row in self.rows.values():
+            table.add_row(
+                row["task"],
+                row["op"],
+                row["shape"],
+                f"{row['trials']}/{row['budget']}",
+                f"{row['best_gflops']:.1f}" if row.get("best_gflops") else "-",
+                f"{row['best_ms']:.3f}" if row.get("best_ms") else "-",
+            )
+        return table
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "trial_batch":
+            self.rows[payload["task_index"]] = payload
+        elif kind == "search_planned":
+            self.status = (
+                f"tuning {payload['to_tune']} of {payload['tasks']} tasks, {payload['trials']} "
+                f"trials ({payload['already_recorded']} already recorded)"
+            )
+        elif kind == "build_started":
+            self.status = f"building ({payload['trials_measured']} trials measured)"
+        elif kind == "verified":
+            self.status = f"verified against onnxruntime (max abs err {payload['max_abs_err']:.2g})"
+        self.live.update(self._render())
+
+
+@app.command()
+def tune(
+    model: Annotated[Path, typer.Argument(help="ONNX model file.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory for model.so.")],
+    trials_per_task: Annotated[int, typer.Option(min=1, help="Trials per Conv/Gemm task.")] = 64,
+    budget_minutes: Annotated[
+        float | None, typer.Option(min=0.0, help="Stop searching after this many minutes.")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Default: all cores.")] = None,
+    seed: int = 0,
+    retune: Annotated[bool, typer.Option(help="Search again workloads tuned before.")] = False,
+    input_shape: InputShapeOption = None,
+    target: TargetOption = None,
+    db: DbOption = None,
+) -> None:
+    """Tune every task of MODEL, build OUT/model.so, verify it against onnxruntime."""
+    _quiet_tvm_logs()
+    with user_errors():
+        from convtune.tuner.pipeline import TuneOptions, tune_model
+
+        ingested = _load(model, input_shape)
+        engine = _engine(db)
+        options = TuneOptions(
+            target=target,
+            trials_per_task=trials_per_task,
+            budget_minutes=budget_minutes,
+            threads=threads,
+            seed=seed,
+            retune=retune,
+        )
+        progress = Progress()
+        with progress.live:
+            result = tune_model(
+                ingested,
+                out,
+                options,
+                engine=engine,
+                on_event=progress,
+                stored_path=str(model.resolve()),
+            )
+    verification = result.manifest["verification"]
+    console.print(
+        f"[green]ok[/] {result.so_path} (sha256 {result.manifest['library']['sha256'][:16]}…), "
+        f"{result.search.trials_measured} trials measured, matches onnxruntime "
+        f"(max abs err {verification['max_abs_err']:.2g})"
+    )
+    if result.manifest["untuned_tasks"]:
+        console.print(
+            f"[yellow]warning:[/] {len(result.manifest['untuned_tasks'])} task(s) have no "
+            "successful trial and run unscheduled loops: "
+            + ", ".join(result.manifest["untuned_tasks"])
+        )
+
+
+@app.command()
+def run(
+    artifact: Annotated[Path, typer.Argument(help="model.so built by `convtune tune`.")],
+    inputs: Annotated[
+        list[str], typer.Option("--input", help="NAME=file.npy, or file.npy for a single input.")
+    ],
+    output: Annotated[Path | None, typer.Option("--output", help="Save outputs (.npz).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Default: the manifest's.")] = None,
+) -> None:
+    """Run a built artifact on inputs stored as .npy files; prints output shapes and a checksum."""
+    import numpy as np
+
+    with user_errors():
+        from convtune.tuner.runtime import Artifact, load_manifest, set_threads
+
+        manifest = load_manifest(artifact)
+        names = [spec["name"] for spec in manifest["inputs"]]
+        feeds = _read_feeds(inputs, names)
+        set_threads(threads or manifest.get("threads") or 1)
+        outputs = Artifact.load(artifact, names).run(feeds)
+    for spec, value in zip(manifest["outputs"], outputs, strict=False):
+        print(
+            f"{spec['name']}: shape {list(value.shape)} {value.dtype} sum {float(value.sum()):.6g}"
+        )
+    if output is not None:
+        np.savez(
+            output,
+            **{spec["name"]: v for spec, v in zip(manifest["outputs"], outputs, strict=False)},
+        )
+
+
+def _read_feeds(inputs: list[str], names: list[str]) -> dict[str, Any]:
+    import numpy as np
+
+    feeds: dict[str, Any] = {}
+    for text in inputs:
+        name, sep, path = text.partition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ConvtuneError(
+                    f"the model has inputs {', '.join(names)}: use --input NAME=file.npy"
+                )
+            name, path = names[0], text
+        if name not in names:
+            raise ConvtuneError(
+                f"unknown input {name!r}; the model's inputs are {', '.join(names)}"
+            )
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConvtuneError(f"cannot read {path}: {exc}") from None
+    return feeds
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or migrate the database schema to the latest version."""
+    from convtune.db.migrate import upgrade
+    from convtune.db.session import default_database_url
+
+    upgrade(db)
+    console.print(f"database at head: {db or default_database_url()}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Build: apply the best recorded schedules and export the model as a shared library."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.target import Target
+
+from .extract import RelaxModel
+
+LIBRARY_NAME = "model.so"
+
+
+def build_library(
+    relax_model: RelaxModel, database: ms.Database, target: Target, out_dir: Path
+) -> Path:
+    """Compile with every task's best schedule from ``database``; returns the ``.so`` path.
+
+    A task without a successful record compiles to TVM's unscheduled loops: callers list such tasks
+    (``untuned``) in the manifest instead of hiding them.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executable = ms.relax_integration.compile_relax(
+        database, relax_model.mod, target, relax_model.params
+    )
+    so_path = out_dir / LIBRARY_NAME
+    # Written under a temporary name: a half-written library must never look like an artifact.
+    partial = out_dir / f".{LIBRARY_NAME}.partial.so"
+    executable.export_library(str(partial))
+    partial.replace(so_path)
+    return so_path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

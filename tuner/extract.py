@@ -1,0 +1,295 @@
+"""Workload extraction: ONNX → Relax → fused TIR tasks, each tied back to the ONNX nodes it covers.
+
+TVM's frontend keeps no ONNX node names, so the link is made by structure: every Conv, Gemm and
+MatMul becomes exactly one *anchor* block (a multiply-accumulate reduction over two operands) inside
+one fused TIR function. An anchor's spatial extents are the node's output shape and its reduction
+extent is ``Cin/groups·kh·kw`` (conv) or ``K`` (Gemm/MatMul); ONNX nodes are matched to the fused
+call sites in graph order by that signature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+import tvm
+import tvm.relax.frontend.onnx  # registers relax.frontend.onnx
+from tvm import relax, s_tir, tirx
+from tvm.ir import IRModule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.target import Target
+from tvm_ffi import structural_hash
+
+from .errors import UnsupportedOpError
+from .flops import node_flops, node_key, static_shapes
+from .ingest import IngestedModel
+
+ANCHOR_OPS = {"Conv": "conv", "Gemm": "gemm", "MatMul": "matmul"}
+
+
+@dataclass(frozen=True)
+class RelaxModel:
+    """The model as Relax, with its weights detached (bound at build time)."""
+
+    mod: IRModule
+    params: dict[relax.Var, tvm.runtime.Tensor]
+
+
+@dataclass
+class ModelTask:
+    """One fused TIR function of the model: what MetaSchedule tunes and the database keys."""
+
+    index: int
+    task: ms.ExtractedTask
+    shash: str
+    flops: float
+    kind: str = "other"
+    op: str = ""
+    description: dict[str, Any] = field(default_factory=dict)
+    onnx_nodes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.task.task_name)
+
+    @property
+    def mod(self) -> IRModule:
+        return self.task.dispatched[0]
+
+    @property
+    def occurrences(self) -> int:
+        return int(self.task.weight)
+
+    @property
+    def shape_text(self) -> str:
+        """A short human form of the workload, e.g. ``1x64x56x56 * 64x64x3x3 s1 p1``."""
+        d = self.description
+        if self.kind == "conv":
+            text = f"{_dims(d['input'])} * {_dims(d['weight'])} s{_dims(d['strides'], ',')}"
+            if any(d["pads"]):
+                text += f" p{_dims(d['pads'], ',')}"
+            if any(x != 1 for x in d["dilations"]):
+                text += f" d{_dims(d['dilations'], ',')}"
+            if d["groups"] != 1:
+                text += f" g{d['groups']}"
+            return text
+        if self.kind in ("gemm", "matmul"):
+            return f"M={d['M']} N={d['N']} K={d['K']}"
+        return self.name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.name,
+            "shash": self.shash,
+            "kind": self.kind,
+            "op": self.op,
+            "shape": self.shape_text,
+            "description": self.description,
+            "onnx_nodes": list(self.onnx_nodes),
+            "occurrences": self.occurrences,
+            "flops": self.flops,
+        }
+
+
+def _dims(values: Sequence[int], sep: str = "x") -> str:
+    return sep.join(str(v) for v in values)
+
+
+def to_relax(ingested: IngestedModel) -> RelaxModel:
+    """Convert with TVM's ONNX frontend; a converter failure names the op and node."""
+    try:
+        mod = relax.frontend.onnx.from_onnx(ingested.model, keep_params_in_input=True)
+    except Exception as exc:  # the frontend raises bare Exceptions of many kinds
+        raise UnsupportedOpError(
+            f"the TVM ONNX frontend could not convert the model: {_first_line(exc)}"
+        ) from None
+    mod, params = relax.frontend.detach_params(mod)
+    main = mod["main"]
+    num_inputs = int(main.attrs["num_input"])
+    bound = dict(zip(main.params[num_inputs:], params.get("main", []), strict=True))
+    return RelaxModel(mod=mod, params=bound)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def fuse(relax_model: RelaxModel) -> IRModule:
+    """The pass sequence ``compile_relax`` runs before applying the database, so task keys match.
+
+    ``extract_tasks`` alone does not legalize or fuse and would return no tasks.
+    """
+    mod = relax.transform.BindParams("main", relax_model.params)(relax_model.mod)
+    passes = tvm.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )
+    with tvm.transform.PassContext(opt_level=3):
+        return passes(mod)
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """The multiply-accumulate block of a fused function: its output extents and reduction size."""
+
+    spatial: tuple[int, ...]
+    reduction: int
+
+
+def _anchor(func: tirx.PrimFunc) -> _Anchor | None:
+    sch = s_tir.Schedule(func)
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(block_rv)
+        if block.init is None or len(block.reads) < 2:
+            continue
+        value = getattr(block.body, "value", None)
+        if not isinstance(value, tirx.Add) or not isinstance(value.b, tirx.Mul):
+            continue
+        spatial = tuple(int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0)
+        reduction = math.prod(
+            int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 2
+        )
+        return _Anchor(spatial=spatial, reduction=reduction)
+    return None
+
+
+def _call_sites(fused: IRModule) -> list[str]:
+    """Names of the TIR functions ``main`` calls, in binding order."""
+    names: list[str] = []
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op == tvm.ir.Op.get("relax.call_tir"):
+            names.append(expr.args[0].name_hint)
+
+    relax.analysis.post_order_visit(fused["main"].body, visit)
+    return names
+
+
+def _onnx_anchor(
+    node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]
+) -> tuple[_Anchor, dict[str, Any]] | None:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Conv":
+        x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
+        y = shapes.get(node.output[0])
+        if x is None or w is None or y is None:
+            return None
+        rank = len(w) - 2
+        desc = {
+            "input": list(x),
+            "weight": list(w),
+            "output": list(y),
+            "strides": list(attrs.get("strides", [1] * rank)),
+            "pads": list(attrs.get("pads", [0] * 2 * rank)),
+            "dilations": list(attrs.get("dilations", [1] * rank)),
+            "groups": int(attrs.get("group", 1)),
+            "bias": len(node.input) > 2 and bool(node.input[2]),
+        }
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            desc["auto_pad"] = (
+                attrs["auto_pad"].decode()
+                if isinstance(attrs["auto_pad"], bytes)
+                else attrs["auto_pad"]
+            )
+        return _Anchor(spatial=tuple(y), reduction=math.prod(w[1:])), desc
+    if node.op_type in ("Gemm", "MatMul"):
+        a, b = shapes.get(node.input[0]), shapes.get(node.input[1])
+        y = shapes.get(node.output[0])
+        if a is None or b is None or y is None:
+            return None
+        if node.op_type == "Gemm":
+            k = a[0] if attrs.get("transA", 0) else a[1]
+            desc = {
+                "M": y[0],
+                "N": y[1],
+                "K": k,
+                "transA": int(attrs.get("transA", 0)),
+                "transB": int(attrs.get("transB", 0)),
+                "alpha": float(attrs.get("alpha", 1.0)),
+                "beta": float(attrs.get("beta", 1.0)),
+                "bias": len(node.input) > 2 and bool(node.input[2]),
+            }
+        else:
+            k = a[-1]
+            desc = {
+                "M": a[-2] if len(a) > 1 else 1,
+                "N": b[-1] if len(b) > 1 else 1,
+                "K": k,
+                "batch": list(y[:-2]),
+                "a": list(a),
+                "b": list(b),
+            }
+        return _Anchor(spatial=tuple(y), reduction=int(k)), desc
+    return None
+
+
+def extract_tasks(ingested: IngestedModel, target: Target) -> tuple[RelaxModel, list[ModelTask]]:
+    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
+    relax_model = to_relax(ingested)
+    fused = fuse(relax_model)
+    extracted = ms.relax_integration.extract_tasks(fused, target)
+    tasks: list[ModelTask] = []
+    for index, ext in enumerate(extracted):
+        mod = ext.dispatched[0]
+        task = ModelTask(
+            index=index,
+            task=ext,
+            shash=str(structural_hash(mod)),
+            flops=float(estimate_tir_flops(mod)),
+        )
+        tasks.append(task)
+    _link_onnx_nodes(ingested.model, fused, tasks)
+    return relax_model, tasks
+
+
+def _tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, ModelTask]:
+    """Map every fused function name to its task (extraction merges structurally equal ones)."""
+    by_hash = {structural_hash(task.mod["main"]): task for task in tasks}
+    by_func: dict[str, ModelTask] = {}
+    for gv, func in fused.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            task = by_hash.get(structural_hash(func.with_attr("global_symbol", "main")))
+            if task is not None:
+                by_func[gv.name_hint] = task
+    return by_func
+
+
+def _link_onnx_nodes(model: onnx.ModelProto, fused: IRModule, tasks: list[ModelTask]) -> None:
+    by_func = _tasks_by_function(fused, tasks)
+    sites: list[tuple[str, _Anchor]] = []
+    for func_name in _call_sites(fused):
+        func = fused[func_name]
+        anchor = _anchor(func) if isinstance(func, tirx.PrimFunc) else None
+        if func_name in by_func and anchor is not None:
+            sites.append((func_name, anchor))
+    used = [False] * len(sites)
+    shapes = static_shapes(model)
+    for position, node in enumerate(model.graph.node):
+        if node.op_type not in ANCHOR_OPS:
+            continue
+        found = _onnx_anchor(node, shapes)
+        if found is None:
+            continue
+        anchor, desc = found
+        for i, (func_name, site_anchor) in enumerate(sites):
+            if not used[i] and site_anchor == anchor:
+                used[i] = True
+                task = by_func[func_name]
+                task.kind = ANCHOR_OPS[node.op_type]
+                task.op = node.op_type
+                if not task.description:
+                    task.description = {**desc, "flops": node_flops(node, shapes)}
+                name = node_key(node, position)
+                if name not in task.onnx_nodes:
+                    task.onnx_nodes.append(name)
+                break

@@ -1,0 +1,228 @@
+"""The whole job: a model in, a tuned, verified artifact out. CLI and workers both call this."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tvm
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+from tvm.target import Target
+
+from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
+from convtune.db.ms_database import SQLDatabase
+
+from .build import build_library, file_sha256
+from .extract import ModelTask, RelaxModel, extract_tasks
+from .ingest import IngestedModel
+from .runtime import MANIFEST_NAME, Artifact, set_threads
+from .search import EventSink, SearchResult, run_search
+from .target import make_target, target_threads
+from .verify import verify_artifact
+
+
+@dataclass
+class TuneOptions:
+    target: str | None = None
+    trials_per_task: int = 64
+    budget_minutes: float | None = None
+    threads: int | None = None
+    seed: int = 0
+    retune: bool = False
+
+
+@dataclass
+class TuneResult:
+    artifact_id: int
+    model_id: int
+    so_path: Path
+    manifest: dict[str, Any]
+    search: SearchResult = field(default_factory=SearchResult)
+
+
+@dataclass
+class PreparedModel:
+    """A model extracted for one target, its tasks registered in the database."""
+
+    model_id: int
+    target: Target
+    relax_model: RelaxModel
+    tasks: list[ModelTask]
+    database: SQLDatabase
+
+
+def prepare_model(
+    ingested: IngestedModel, *, engine: Engine, target: str | None, stored_path: str | None
+) -> PreparedModel:
+    tvm_target = make_target(target)
+    relax_model, tasks = extract_tasks(ingested, tvm_target)
+    database = SQLDatabase(engine, tvm_target)
+    workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
+    with Session(engine) as session, session.begin():
+        model = session.scalars(select(ModelRow).where(ModelRow.sha256 == ingested.sha256)).first()
+        if model is None:
+            model = ModelRow(
+                sha256=ingested.sha256,
+                name=ingested.name,
+                size_bytes=ingested.size_bytes,
+                path=stored_path or "",
+                input_shapes={spec.name: list(spec.shape) for spec in ingested.inputs},
+                inputs=[_spec_dict(spec) for spec in ingested.inputs],
+                outputs=[_spec_dict(spec) for spec in ingested.outputs],
+            )
+            session.add(model)
+            session.flush()
+        elif stored_path and not model.path:
+            model.path = stored_path
+        session.execute(delete(ModelWorkloadRow).where(ModelWorkloadRow.model_id == model.id))
+        for task, workload_id in zip(tasks, workload_ids, strict=True):
+            session.add(
+                ModelWorkloadRow(
+                    model_id=model.id,
+                    workload_id=workload_id,
+                    kind=task.kind,
+                    op=task.op or "fused",
+                    description={**task.description, "task": task.name, "shape": task.shape_text},
+                    onnx_nodes=list(task.onnx_nodes),
+                    occurrences=task.occurrences,
+                    flops=task.flops,
+                    position=task.index,
+                )
+            )
+        model_id = model.id
+    return PreparedModel(model_id, tvm_target, relax_model, tasks, database)
+
+
+def register_model(
+    ingested: IngestedModel, *, engine: Engine, stored_path: str | None, target: str | None = None
+) -> int:
+    """Store the model and its workloads (for ``target``, default this host); returns its id."""
+    return prepare_model(ingested, engine=engine, target=target, stored_path=stored_path).model_id
+
+
+def _spec_dict(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
+
+
+def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
+    """Per task: what it implements and the best measurement recorded so far."""
+    rows = []
+    for task in prepared.tasks:
+        wid = prepared.database.workload_id(task.mod)
+        best = prepared.database.best_record(wid)
+        rows.append(
+            {
+                **task.as_dict(),
+                "trials": prepared.database.count_trials(wid),
+                "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
+                "best_gflops": best.gflops if best is not None else None,
+                "space": best.space if best is not None else None,
+            }
+        )
+    return rows
+
+
+def tune_model(
+    ingested: IngestedModel,
+    out_dir: Path,
+    options: TuneOptions,
+    *,
+    engine: Engine,
+    job_id: int | None = None,
+    on_event: EventSink | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    stored_path: str | None = None,
+) -> TuneResult:
+    """Extract, search (resuming from the database), build, verify; returns the stored artifact.
+
+    Raises ``VerificationError`` if the artifact disagrees with onnxruntime: no artifact row is
+    written then, and the library is removed.
+    """
+    emit = on_event or (lambda kind, payload: None)
+    prepared = prepare_model(
+        ingested, engine=engine, target=options.target, stored_path=stored_path
+    )
+    threads = target_threads(prepared.target, options.threads)
+    emit(
+        "extracted", {"model_id": prepared.model_id, "tasks": [t.as_dict() for t in prepared.tasks]}
+    )
+    search = run_search(
+        prepared.tasks,
+        prepared.database,
+        prepared.target,
+        trials_per_task=options.trials_per_task,
+        threads=threads,
+        budget_minutes=options.budget_minutes,
+        seed=options.seed,
+        retune=options.retune,
+        job_id=job_id,
+        on_event=emit,
+        should_stop=should_stop,
+    )
+    emit("build_started", {"trials_measured": search.trials_measured, "reason": search.reason})
+    so_path = build_library(prepared.relax_model, prepared.database, prepared.target, out_dir)
+    set_threads(threads)
+    try:
+        verification = verify_artifact(
+            Artifact.load(so_path, [s.name for s in ingested.inputs]),
+            ingested,
+            threads=threads,
+            seed=options.seed,
+        )
+    except Exception:
+        so_path.unlink(missing_ok=True)
+        raise
+    emit("verified", verification.as_dict())
+    layers = layer_figures(prepared)
+    manifest = {
+        "format": "convtune-artifact/1",
+        "model": {"name": ingested.name, "sha256": ingested.sha256},
+        "inputs": [_spec_dict(s) for s in ingested.inputs],
+        "outputs": [_spec_dict(s) for s in ingested.outputs],
+        "target": prepared.target.export(),
+        "threads": threads,
+        "tvm_version": tvm.__version__,
+        "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},
+        "library": {"file": so_path.name, "sha256": file_sha256(so_path)},
+        "verification": verification.as_dict(),
+        "search": {
+            "trials_measured": search.trials_measured,
+            "stopped_early": search.stopped_early,
+            "reason": search.reason,
+            "trials_per_task": options.trials_per_task,
+            "budget_minutes": options.budget_minutes,
+            "seed": options.seed,
+        },
+        "untuned_tasks": [row["task"] for row in layers if row["best_gflops"] is None],
+        "layers": layers,
+    }
+    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, default=_json_default))
+    with Session(engine) as session, session.begin():
+        artifact = ArtifactRow(
+            model_id=prepared.model_id,
+            target_id=prepared.database.target_id,
+            sha256=manifest["library"]["sha256"],
+            path=str(so_path.resolve()),
+            manifest=json.loads(json.dumps(manifest, default=_json_default)),
+            verified=True,
+            max_abs_err=verification.max_abs_err,
+        )
+        session.add(artifact)
+        session.flush()
+        artifact_id = artifact.id
+    emit("done", {"artifact_id": artifact_id, "so_path": str(so_path)})
+    return TuneResult(artifact_id, prepared.model_id, so_path, manifest, search)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (tvm.ir.Array, tuple)):
+        return list(value)
+    if isinstance(value, tvm.ir.Map):
+        return dict(value)
+    return str(value)

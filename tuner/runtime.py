@@ -1,0 +1,93 @@
+"""Loading and running a built artifact with an explicit thread count.
+
+TVM's thread pool reads ``TVM_NUM_THREADS`` once, when it starts, and otherwise uses half the
+logical CPUs (it assumes hyper-threading; on a 2-vCPU machine: ONE thread). The pool can later
+shrink (``runtime.config_threadpool``) but never grow past its starting size, so we start it with
+every logical CPU and pick the requested count per call. This module must be imported before any TVM
+kernel runs in the process; ``convtune.tuner`` imports it first for that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from .errors import ConvtuneError
+
+MANIFEST_NAME = "manifest.json"
+_BIG_CORES = 1  # config_threadpool mode: the "big" cores, i.e. all of them on a symmetric CPU
+
+
+def set_threads(threads: int) -> int:
+    """Make TVM kernels of this process use ``threads`` threads; returns the count in effect."""
+    tvm_ffi.get_global_func("runtime.config_threadpool")(_BIG_CORES, threads)
+    return int(tvm_ffi.get_global_func("runtime.NumThreads")())
+
+
+def load_manifest(so_path: Path) -> dict[str, Any]:
+    path = so_path.with_name(MANIFEST_NAME)
+    if not path.is_file():
+        raise ConvtuneError(f"no {MANIFEST_NAME} next to {so_path}: is this a convtune artifact?")
+    return json.loads(path.read_text())
+
+
+@dataclass
+class Artifact:
+    """A compiled model ready to run: the Relax VM over the exported library."""
+
+    path: Path
+    vm: relax.VirtualMachine
+    input_names: list[str]
+    device: tvm.runtime.Device
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], input_names: list[str] | None = None) -> Artifact:
+        so_path = Path(path)
+        if not so_path.is_file():
+            raise ConvtuneError(f"artifact not found: {so_path}")
+        if input_names is None:
+            input_names = [spec["name"] for spec in load_manifest(so_path)["inputs"]]
+        device = tvm.cpu()
+        try:
+            lib = tvm.runtime.load_module(str(so_path))
+        except Exception as exc:  # a corrupt or foreign .so
+            raise ConvtuneError(
+                f"cannot load {so_path}: {str(exc).strip().splitlines()[-1]}"
+            ) from None
+        return cls(so_path, relax.VirtualMachine(lib, device), input_names, device)
+
+    def _args(self, feeds: Mapping[str, np.ndarray]) -> list[tvm.runtime.Tensor]:
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise ConvtuneError(f"missing input(s) {', '.join(missing)}")
+        return [
+            tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), self.device)
+            for n in self.input_names
+        ]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        out = self.vm["main"](*self._args(feeds))
+        return _to_numpy(out)
+
+    def runner(self, feeds: Mapping[str, np.ndarray]):  # type: ignore[no-untyped-def]
+        """A zero-argument callable running the model on ``feeds`` (inputs copied once)."""
+        args = self._args(feeds)
+        main = self.vm["main"]
+        return lambda: main(*args)
+
+
+def _to_numpy(value: Any) -> list[np.ndarray]:
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    return [item for part in value for item in _to_numpy(part)]

@@ -1,0 +1,82 @@
+"""Targets: this host by default, and the familiar CLI spelling that TVM 0.27 no longer parses."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import psutil
+from tvm.target import Target, codegen
+
+from .errors import ConvtuneError
+
+_INT_OPTIONS = {"num-cores", "opt-level"}
+_LIST_OPTIONS = {"mattr", "keys", "libs"}
+
+
+def physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+def host_target_spec() -> dict[str, Any]:
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": physical_cores()}
+
+
+def parse_target_spec(text: str | None) -> dict[str, Any]:
+    """Turn ``None``, a JSON dict or ``"llvm -mcpu=znver4 -num-cores=2"`` into a target dict."""
+    if text is None or not text.strip():
+        return host_target_spec()
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConvtuneError(f"target is not valid JSON: {exc.msg}") from None
+        if not isinstance(spec, dict) or "kind" not in spec:
+            raise ConvtuneError('a JSON target needs a "kind", e.g. {"kind": "llvm"}')
+        return spec
+    words = shlex.split(text)
+    kind, options = words[0], words[1:]
+    if kind != "llvm":
+        raise ConvtuneError(f"target kind {kind!r} is not supported: convtune tunes CPUs ('llvm')")
+    spec: dict[str, Any] = {"kind": kind}
+    for option in options:
+        key, sep, value = option.lstrip("-").partition("=")
+        if not sep:
+            raise ConvtuneError(f"target option {option!r} must look like -key=value")
+        if key in _INT_OPTIONS:
+            try:
+                spec[key] = int(value)
+            except ValueError:
+                raise ConvtuneError(
+                    f"target option -{key} needs an integer, got {value!r}"
+                ) from None
+        elif key in _LIST_OPTIONS:
+            spec[key] = value.split(",")
+        else:
+            spec[key] = value
+    if "mcpu" in spec and not codegen.llvm_is_valid_cpu(
+        spec["mcpu"], spec.get("mtriple") or codegen.llvm_get_system_triple()
+    ):
+        raise ConvtuneError(f"LLVM does not know the CPU {spec['mcpu']!r}")
+    return spec
+
+
+def make_target(text: str | None = None) -> Target:
+    spec = parse_target_spec(text)
+    try:
+        return Target(spec)
+    except (ValueError, RuntimeError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConvtuneError(f"invalid target {spec}: {first_line}") from None
+
+
+def target_threads(target: Target, threads: int | None) -> int:
+    """Threads to tune and run with: asked for, else the target's cores, else this host's."""
+    if threads is not None:
+        if threads < 1:
+            raise ConvtuneError(f"--threads must be at least 1, got {threads}")
+        return threads
+    cores = target.attrs.get("num-cores")
+    return int(cores) if cores else physical_cores()

@@ -1,0 +1,92 @@
+"""Verification against onnxruntime: an artifact that disagrees is never served.
+
+Tolerance: ``|ours - ref| <= atol + rtol·|ref|``, ``rtol = 1e-4``, ``atol = 1e-4·max(1, max|ref|)``.
+The absolute part scales with the output's magnitude because fp32 reductions summed in a different
+order (tiling, vectorisation) differ by a few ULPs of the running sum, not of each output element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import VerificationError
+from .ingest import IngestedModel, TensorSpec
+from .runtime import Artifact
+
+RTOL = 1e-4
+ATOL = 1e-4
+
+
+@dataclass(frozen=True)
+class Verification:
+    passed: bool
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    seed: int
+    worst_output: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def random_feeds(inputs: tuple[TensorSpec, ...], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {spec.name: rng.standard_normal(spec.shape).astype(spec.dtype) for spec in inputs}
+
+
+def reference_outputs(
+    ingested: IngestedModel, feeds: dict[str, np.ndarray], threads: int
+) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        ingested.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return [np.asarray(x) for x in session.run(None, feeds)]
+
+
+def compare(
+    ours: list[np.ndarray], reference: list[np.ndarray], names: list[str], seed: int
+) -> Verification:
+    if len(ours) != len(reference):
+        return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, "output count")
+    worst = ("", 0.0, 0.0)
+    passed = True
+    for name, got, ref in zip(names, ours, reference, strict=True):
+        if got.shape != ref.shape:
+            return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, name)
+        atol = ATOL * max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+        abs_err = float(diff.max()) if diff.size else 0.0
+        rel_err = float((diff / np.maximum(np.abs(ref), 1e-30)).max()) if diff.size else 0.0
+        if not np.all(np.isfinite(got)) or not np.all(diff <= atol + RTOL * np.abs(ref)):
+            passed = False
+        if abs_err >= worst[1]:
+            worst = (name, abs_err, rel_err)
+    return Verification(passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0])
+
+
+def verify_artifact(
+    artifact: Artifact, ingested: IngestedModel, *, threads: int, seed: int = 0
+) -> Verification:
+    """Run both on the same seeded inputs; raises ``VerificationError`` on a mismatch."""
+    feeds = random_feeds(ingested.inputs, seed)
+    result = compare(
+        artifact.run(feeds),
+        reference_outputs(ingested, feeds, threads),
+        [spec.name for spec in ingested.outputs],
+        seed,
+    )
+    if not result.passed:
+        raise VerificationError(
+            f"artifact disagrees with onnxruntime on output '{result.worst_output}': "
+            f"max abs error {result.max_abs_err:.3g} (tolerance rtol={RTOL}, atol={ATOL}·max|ref|)"
+        )
+    return result
