@@ -16,11 +16,12 @@ import sys
 
 import numpy as np
 import onnx
+from rich.console import Console
+from rich.table import Table
+
 from convtune.tuner.bench import interleaved, ort_session
 from convtune.tuner.flops import model_flops
 from convtune.tuner.peak import measure_peak
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from bench.zoo import BUILDERS, INPUT_NAME, INPUT_SHAPE, zoo_model

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
-from convtune.tuner.flops import model_flops, static_shapes
 from onnx import TensorProto, helper, numpy_helper
+
+from convtune.tuner.flops import model_flops, static_shapes
 
 OPSET = 17
 #: Bump when a generator changes: cached files are keyed by it.

@@ -15,10 +15,11 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from convtune.db.migrate import upgrade
-from convtune.db.session import make_engine
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
+
+from convtune.db.migrate import upgrade
+from convtune.db.session import make_engine
 
 POSTGRES_URL = os.environ.get(
     "CONVTUNE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import onnxruntime as ort
+
 from convtune.tuner.errors import ConvtuneError, InvalidModelError
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
+
 from convtune.tuner.errors import InvalidModelError
 
 Shape = tuple[int, ...]

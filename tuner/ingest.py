@@ -21,10 +21,11 @@ from pathlib import Path
 
 import onnx
 import onnx.inliner
-from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
-from convtune.tuner.fold import fold_constants
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
+
+from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
+from convtune.tuner.fold import fold_constants
 
 MAX_INPUT_ELEMENTS = 2**31
 """Cap on the total number of elements over all graph inputs (a pinned 10^12 is a typo)."""

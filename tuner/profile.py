@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 import onnxruntime as ort
+
 from convtune.tuner.bench import ort_session
 from convtune.tuner.errors import ConvtuneError
 
@@ -159,8 +160,9 @@ def tvm_layer_times(
     reports the sum of its calls. VM builtins (allocation, reshape views) are left out.
     """
     import tvm
-    from convtune.tuner.runtime import set_threads
     from tvm import relax
+
+    from convtune.tuner.runtime import set_threads
 
     if runs < 1:
         raise ConvtuneError(f"profile: runs must be >= 1, got {runs}")

@@ -8,9 +8,10 @@ or :func:`convtune.db.session.default_database_url`, in that order.
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy.engine import Connection
+
 from convtune.db.models import Base
 from convtune.db.session import make_engine
-from sqlalchemy.engine import Connection
 
 target_metadata = Base.metadata
 

@@ -6,10 +6,11 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+
 from convtune.db.migrate import alembic_config, upgrade
 from convtune.db.models import Base
 from convtune.db.session import make_engine
-from sqlalchemy import inspect, text
 
 
 def _diffs(engine) -> list:

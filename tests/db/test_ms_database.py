@@ -8,12 +8,13 @@ import threading
 import pytest
 import tvm
 import tvm_ffi
-from convtune.db.models import TargetRow, TuningRecordRow, WorkloadRow
-from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
-from convtune.db.session import make_engine, session_factory
 from sqlalchemy import func, select
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.database import TuningRecord
+
+from convtune.db.models import TargetRow, TuningRecordRow, WorkloadRow
+from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
+from convtune.db.session import make_engine, session_factory
 
 from .tir_helpers import OTHER_TARGET, TARGET, args_info, matmul, tiled_schedule
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from convtune.db.session import default_database_url, make_engine, session_factory
 from sqlalchemy import text
+
+from convtune.db.session import default_database_url, make_engine, session_factory
 
 
 def test_default_url_is_sqlite_in_data_dir_created_on_demand(monkeypatch, tmp_path):

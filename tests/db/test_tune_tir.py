@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from sqlalchemy import select
+from tvm.s_tir import meta_schedule as ms
+
 from convtune.db.migrate import upgrade
 from convtune.db.models import TuningRecordRow, WorkloadRow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine, session_factory
-from sqlalchemy import select
-from tvm.s_tir import meta_schedule as ms
 
 from .tir_helpers import TARGET, matmul
 

@@ -5,9 +5,10 @@ import time
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
+
 from convtune.tuner.bench import interleaved, ort_session, summarize
 from convtune.tuner.errors import ConvtuneError, InvalidModelError
-from onnx import TensorProto, helper
 
 
 def _recorder(log: list[str], name: str, sleep_s: float = 0.0):

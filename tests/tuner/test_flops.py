@@ -4,6 +4,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from convtune.tuner.errors import InvalidModelError
 from convtune.tuner.flops import (
     conv_flops,
@@ -12,7 +14,6 @@ from convtune.tuner.flops import (
     node_flops,
     static_shapes,
 )
-from onnx import TensorProto, helper, numpy_helper
 
 
 def _conv(inputs, **attrs):

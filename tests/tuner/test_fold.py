@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from convtune.tuner.fold import DEFAULT_MAX_ELEMENTS, fold_constants
-from convtune.tuner.ingest import load_model
 from onnx import TensorProto, helper, numpy_helper
 
+from convtune.tuner.fold import DEFAULT_MAX_ELEMENTS, fold_constants
+from convtune.tuner.ingest import load_model
 from tests import models
 
 

@@ -9,6 +9,8 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
 from convtune.tuner.ingest import (
     MAX_INPUT_ELEMENTS,
@@ -18,8 +20,6 @@ from convtune.tuner.ingest import (
     load_model,
     parse_input_shape,
 )
-from onnx import TensorProto, helper, numpy_helper
-
 from tests import models
 
 

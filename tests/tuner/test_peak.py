@@ -7,10 +7,11 @@ import sys
 
 import pytest
 import typer
+from typer.testing import CliRunner
+
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.peak import best_isa, measure_peak
-from typer.testing import CliRunner
 
 _NUMPY_SGEMM = """
 import time, numpy as np

@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.profile import ort_node_times
-from onnx import TensorProto, helper, numpy_helper
 
 
 def _model() -> bytes:
@@ -99,7 +100,6 @@ def _build_fused_library(tmp_path):
 
 def test_tvm_layer_times_per_fused_function(tmp_path):
     from convtune.tuner.profile import tvm_layer_times
-
     from tests.models import random_inputs
 
     model, path = _build_fused_library(tmp_path)
