@@ -30,12 +30,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from convtune.db.models import JobRow, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
 from convtune.tuner.errors import ConvtuneError
-from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger("convtune.worker")
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
 from convtune.db.models import (
     ArtifactRow,
     JobEventRow,
@@ -20,10 +25,6 @@ from convtune.db.models import (
 from convtune.db.ms_database import SQLDatabase
 from convtune.tuner.search import OTHER_TASK_TRIALS
 from convtune.tuner.target import make_target
-from sqlalchemy import func, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from .core.errors import ApiError, not_found
 from .schemas import JobCreate, JobOut, LayerProgress, ModelOut, ModelSummary, WorkloadOut

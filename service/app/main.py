@@ -14,9 +14,10 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI
+
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine, session_factory
-from fastapi import FastAPI
 
 from .api.main import api_router
 from .api.routes import health

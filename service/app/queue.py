@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from convtune.db.models import JobEventRow, JobRow, utcnow
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
+
+from convtune.db.models import JobEventRow, JobRow, utcnow
 
 from .core.errors import ApiError
 from .schemas import TERMINAL_STATUSES

@@ -11,12 +11,13 @@ import re
 import threading
 from pathlib import PureWindowsPath
 
-from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.ingest import load_model, parse_input_shape
-from convtune.tuner.pipeline import register_model
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
+
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.ingest import load_model, parse_input_shape
+from convtune.tuner.pipeline import register_model
 
 from . import crud
 from .core.config import Settings

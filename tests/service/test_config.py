@@ -6,9 +6,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from convtune.service.app.core.config import Settings
 from convtune.service.app.core.security import resolve_api_token
-from pydantic import ValidationError
 
 
 def test_defaults_and_environment(monkeypatch, tmp_path):

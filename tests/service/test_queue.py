@@ -6,11 +6,12 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select, update
+
 from convtune.db.models import JobEventRow, JobRow, ModelRow, utcnow
 from convtune.db.session import session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.errors import ApiError
-from sqlalchemy import select, update
 
 
 @pytest.fixture

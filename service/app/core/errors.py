@@ -11,11 +11,12 @@ import re
 from http import HTTPStatus
 from typing import Any
 
-from convtune.tuner.errors import ConvtuneError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from convtune.tuner.errors import ConvtuneError
 
 log = logging.getLogger(__name__)
 

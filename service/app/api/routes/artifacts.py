@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from convtune.db.models import ArtifactRow
-from convtune.tuner.runtime import MANIFEST_NAME
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
+
+from convtune.db.models import ArtifactRow
+from convtune.tuner.runtime import MANIFEST_NAME
 
 from ... import crud
 from ...core.errors import ApiError

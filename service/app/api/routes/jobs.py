@@ -7,12 +7,13 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
-from convtune.db.models import JobEventRow, JobRow
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
+
+from convtune.db.models import JobEventRow, JobRow
 
 from ... import crud, queue
 from ...core.errors import not_found
@@ -57,9 +58,13 @@ def cancel_job(job_id: int, session: SessionDep, _: TokenDep) -> JobOut:
     return crud.job_out(session, crud.get_job(session, job_id))
 
 
+def _status_of(session: Session, job_id: int) -> str | None:
+    return session.scalar(select(JobRow.status).where(JobRow.id == job_id))
+
+
 def _status(sessions: sessionmaker[Session], job_id: int) -> str | None:
     with sessions() as session:
-        return session.scalar(select(JobRow.status).where(JobRow.id == job_id))
+        return _status_of(session, job_id)
 
 
 def _poll(
@@ -67,8 +72,9 @@ def _poll(
 ) -> tuple[str | None, Sequence[JobEventRow]]:
     # Status before events: a terminal status read here implies its event is in the batch.
     with sessions() as session:
-        status = session.scalar(select(JobRow.status).where(JobRow.id == job_id))
-        return status, crud.events_after(session, job_id, after_id, limit=_EVENT_BATCH)
+        return _status_of(session, job_id), crud.events_after(
+            session, job_id, after_id, limit=_EVENT_BATCH
+        )
 
 
 def format_event(event: JobEventRow) -> str:
