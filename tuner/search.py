@@ -30,6 +30,7 @@ from tvm.target import Target
 from convtune.db.ms_database import SQLDatabase
 from convtune.schedules.space import SpaceConfig, generic_space
 
+from .builder import CandidateBuilder
 from .extract import ModelTask
 
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -282,22 +283,26 @@ def run_search(
             result=result,
         )
         remaining = [plan.remaining(i) for i in active]
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=[float(plan.tasks[i].occurrences) for i in active],
-            work_dir=work_dir,
-            max_trials_global=sum(remaining),
-            max_trials_per_task=max(remaining),
-            num_trials_per_iter=max(2, min(32, min(remaining))),
-            builder=ms.builder.LocalBuilder(max_workers=threads, timeout_sec=30.0),
-            runner=ms.runner.LocalRunner(timeout_sec=30.0, evaluator_config=EVALUATOR),
-            database=database,
-            cost_model=cost_model,
-            measure_callbacks=[
-                recorder,
-                ms.measure_callback.RemoveBuildArtifact(),
-                ms.measure_callback.UpdateCostModel(),
-            ],
-            task_scheduler="gradient",
-        )
+        builder = CandidateBuilder(max_workers=threads)
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=[float(plan.tasks[i].occurrences) for i in active],
+                work_dir=work_dir,
+                max_trials_global=sum(remaining),
+                max_trials_per_task=max(remaining),
+                num_trials_per_iter=max(2, min(32, min(remaining))),
+                builder=builder,
+                runner=ms.runner.LocalRunner(timeout_sec=30.0, evaluator_config=EVALUATOR),
+                database=database,
+                cost_model=cost_model,
+                measure_callbacks=[
+                    recorder,
+                    ms.measure_callback.RemoveBuildArtifact(),
+                    ms.measure_callback.UpdateCostModel(),
+                ],
+                task_scheduler="gradient",
+            )
+        finally:
+            builder.shutdown()
     return result
