@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(perf_app)
 
 console = Console(stderr=True)
 
