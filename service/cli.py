@@ -279,6 +279,33 @@ def db_upgrade(db: DbOption = None) -> None:
     console.print(f"database at head: {db or default_database_url()}")
 
 
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Default: $CONVTUNE_HOST or 127.0.0.1.")] = None,
+    port: Annotated[int | None, typer.Option(help="Default: $CONVTUNE_PORT or 8000.")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=0, help="Worker processes to start (default 1).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Run the tuning service (API, dashboard) and one tuning worker, on embedded defaults."""
+    from convtune.service.app.core.config import Settings
+    from convtune.service.app.main import serve as run_service
+
+    overrides = {"host": host, "port": port, "workers": workers, "database_url": db}
+    run_service(Settings(**{k: v for k, v in overrides.items() if v is not None}))
+
+
+@app.command()
+def worker(
+    once: Annotated[bool, typer.Option(help="Run at most one job, then exit.")] = False,
+) -> None:
+    """Claim queued tuning jobs from the database and run them (settings from CONVTUNE_*)."""
+    from convtune.service.worker import main as worker_main
+
+    worker_main(["--once"] if once else [])
+
+
 def main() -> None:
     app()
 

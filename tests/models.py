@@ -164,20 +164,28 @@ def asymmetric_pad_conv(seed: int = 0) -> onnx.ModelProto:
     )
 
 
-def three_conv_cnn(*, batch: Dim = 1, size: int = 16, seed: int = 0) -> onnx.ModelProto:
-    """A tiny classifier: 3 x (Conv+Relu) -> GlobalAveragePool -> Flatten -> Gemm(10).
+def three_conv_cnn(
+    *,
+    batch: Dim = 1,
+    size: int = 16,
+    channels: tuple[int, int, int, int] = (3, 8, 16, 16),
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """A small classifier: 3 x (Conv+Relu) -> GlobalAveragePool -> Flatten -> Gemm(10).
 
-    Convs: 3->8 (3x3, pad 1), 8->16 (3x3, stride 2, pad 1), 16->16 (1x1).
+    Convs with the default ``channels``: 3->8 (3x3, pad 1), 8->16 (3x3, stride 2, pad 1),
+    16->16 (1x1).
     """
+    c0, c1, c2, c3 = channels
     rng = np.random.default_rng(seed)
     inits = [
-        _init("W0", _weights(rng, (8, 3, 3, 3))),
-        _init("B0", np.zeros(8, np.float32)),
-        _init("W1", _weights(rng, (16, 8, 3, 3))),
-        _init("B1", (rng.standard_normal(16) * 0.1).astype(np.float32)),
-        _init("W2", _weights(rng, (16, 16, 1, 1))),
-        _init("B2", (rng.standard_normal(16) * 0.1).astype(np.float32)),
-        _init("Wfc", _weights(rng, (10, 16))),
+        _init("W0", _weights(rng, (c1, c0, 3, 3))),
+        _init("B0", np.zeros(c1, np.float32)),
+        _init("W1", _weights(rng, (c2, c1, 3, 3))),
+        _init("B1", (rng.standard_normal(c2) * 0.1).astype(np.float32)),
+        _init("W2", _weights(rng, (c3, c2, 1, 1))),
+        _init("B2", (rng.standard_normal(c3) * 0.1).astype(np.float32)),
+        _init("Wfc", _weights(rng, (10, c3))),
         _init("Bfc", np.zeros(10, np.float32)),
     ]
     nodes = [
@@ -202,7 +210,7 @@ def three_conv_cnn(*, batch: Dim = 1, size: int = 16, seed: int = 0) -> onnx.Mod
         helper.make_node("Gemm", ["flat", "Wfc", "Bfc"], ["y"], name="fc", transB=1),
     ]
     return make_model(
-        nodes, [_vi("x", [batch, 3, size, size])], [_vi("y", [batch, 10])], inits, name="cnn3"
+        nodes, [_vi("x", [batch, c0, size, size])], [_vi("y", [batch, 10])], inits, name="cnn3"
     )
 
 

@@ -1,0 +1,216 @@
+"""The engine end to end: real tuning, real builds, onnxruntime as the reference.
+
+Budgets are tiny (a few trials per task); the numbers these tests assert are ratios and counts,
+never absolute times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from convtune.db.migrate import upgrade
+from convtune.db.models import ArtifactRow, ModelWorkloadRow, TuningRecordRow, WorkloadRow
+from convtune.db.session import make_engine
+from convtune.tuner.bench import interleaved
+from convtune.tuner.compile import compile_untuned
+from convtune.tuner.ingest import load_model
+from convtune.tuner.pipeline import TuneOptions, tune_model
+from convtune.tuner.runtime import Artifact, set_threads
+from convtune.tuner.target import make_target
+from convtune.tuner.verify import random_feeds, reference_outputs
+from tests.models import conv_net, three_conv_cnn, to_bytes
+
+pytestmark = pytest.mark.slow
+CONVTUNE = str(Path(sys.executable).with_name("convtune"))
+
+
+def _events() -> tuple[list[tuple[str, dict]], object]:
+    seen: list[tuple[str, dict]] = []
+    return seen, lambda kind, payload: seen.append((kind, payload))
+
+
+def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_path, db_engine):
+    model = three_conv_cnn(size=32, channels=(16, 32, 32, 64))
+    ingested = load_model(to_bytes(model), name="cnn3")
+    seen, sink = _events()
+    result = tune_model(
+        ingested,
+        tmp_path / "out",
+        TuneOptions(trials_per_task=16, seed=1),
+        engine=db_engine,
+        on_event=sink,
+    )
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["verification"]["passed"] is True
+    assert manifest["untuned_tasks"] == []
+    conv_layers = [layer for layer in manifest["layers"] if layer["kind"] == "conv"]
+    assert sorted(n for layer in conv_layers for n in layer["onnx_nodes"]) == [
+        "conv0",
+        "conv1",
+        "conv2",
+    ]
+    assert all(layer["trials"] == 16 and layer["best_gflops"] > 0 for layer in conv_layers)
+    assert [kind for kind, _ in seen][-2:] == ["verified", "done"]
+
+    # Side by side in one process, same threads: tuned vs TVM's unscheduled loops.
+    threads = manifest["threads"]
+    set_threads(threads)
+    names = [spec.name for spec in ingested.inputs]
+    untuned = Artifact.load(
+        compile_untuned(ingested, make_target(None), tmp_path / "untuned"), names
+    )
+    tuned = Artifact.load(result.so_path)
+    feeds = random_feeds(ingested.inputs, seed=3)
+    np.testing.assert_allclose(
+        tuned.run(feeds)[0], reference_outputs(ingested, feeds, threads)[0], rtol=1e-4, atol=1e-4
+    )
+    stats = interleaved(
+        {"tuned": tuned.runner(feeds), "untuned": untuned.runner(feeds)},
+        warmup=2,
+        rounds=15,
+        min_round_s=0.01,
+    )
+    speedup = stats["untuned"].median / stats["tuned"].median
+    assert speedup >= 5.0, f"tuned is only {speedup:.1f}x faster than untuned"
+
+
+def _trial_counts(url: str) -> dict[str, list[int]]:
+    """trial_index values per workload task name."""
+    engine = make_engine(url)
+    with Session(engine) as session:
+        rows = session.execute(
+            select(WorkloadRow.task_name, TuningRecordRow.trial_index, TuningRecordRow.id)
+            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .order_by(TuningRecordRow.id)
+        ).all()
+    engine.dispose()
+    counts: dict[str, list[int]] = {}
+    for name, index, _ in rows:
+        counts.setdefault(name, []).append(index)
+    return counts
+
+
+def test_killed_tuning_resumes_from_the_database(tmp_path):
+    url = f"sqlite:///{tmp_path / 'convtune.db'}"
+    model_path = tmp_path / "cnn3.onnx"
+    onnx.save(three_conv_cnn(), model_path)
+    args = [
+        CONVTUNE,
+        "tune",
+        str(model_path),
+        "-o",
+        str(tmp_path / "out"),
+        "--db",
+        url,
+        "--trials-per-task",
+        "6",
+    ]
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    upgrade(url)
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline and first.poll() is None:
+            counts = _trial_counts(url)
+            if counts and sum(map(len, counts.values())) >= 6:
+                break
+            time.sleep(0.5)
+        assert first.poll() is None, "the first run ended before it could be killed"
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    before = _trial_counts(url)
+    recorded_before = sum(map(len, before.values()))
+    assert recorded_before >= 6
+    assert not (tmp_path / "out" / "model.so").exists()
+
+    second = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr
+    after = _trial_counts(url)
+    for task, indices in before.items():
+        # Nothing measured before the kill was lost, and the indices continue where they stopped.
+        assert after[task][: len(indices)] == indices
+        assert after[task] == list(range(len(after[task])))
+    # Budgets hold across both runs: 6 per conv/gemm task, fewer for tiny spaces, never more.
+    assert all(len(indices) <= 6 for indices in after.values())
+    assert sum(map(len, after.values())) > recorded_before
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["search"]["trials_measured"] == sum(map(len, after.values())) - recorded_before
+
+
+def test_workload_tuned_by_another_model_is_not_searched_again(tmp_path, db_engine):
+    """The same conv in a second model (different weights, so a different file) reuses records."""
+    first = load_model(to_bytes(conv_net(in_channels=8, out_channels=16, seed=0)), name="a")
+    second = load_model(to_bytes(conv_net(in_channels=8, out_channels=16, seed=5)), name="b")
+    assert first.sha256 != second.sha256
+    options = TuneOptions(trials_per_task=3)
+    tune_model(first, tmp_path / "a", options, engine=db_engine)
+    seen, sink = _events()
+    result = tune_model(second, tmp_path / "b", options, engine=db_engine, on_event=sink)
+    planned = dict(seen)["search_planned"]
+    assert planned["to_tune"] == 0 and planned["already_recorded"] >= 3
+    assert result.search.trials_measured == 0
+    assert result.manifest["verification"]["passed"] is True
+    with Session(db_engine) as session:
+        assert session.scalar(select(func.count()).select_from(ArtifactRow)) == 2
+        linked = session.scalars(
+            select(ModelWorkloadRow).where(ModelWorkloadRow.kind == "conv")
+        ).all()
+        assert len(linked) == 2 and linked[0].workload_id == linked[1].workload_id
+        assert [row.onnx_nodes for row in linked] == [["conv0"], ["conv0"]]
+
+
+def test_time_budget_stops_the_search_and_still_builds_a_verified_artifact(tmp_path, db_engine):
+    ingested = load_model(to_bytes(three_conv_cnn()), name="cnn3")
+    result = tune_model(
+        ingested,
+        tmp_path / "out",
+        TuneOptions(trials_per_task=64, budget_minutes=0.0),
+        engine=db_engine,
+    )
+    assert result.search.stopped_early and result.search.reason == "time budget reached"
+    # One batch was measured before the first check; far fewer than the budget.
+    assert 0 < result.search.trials_measured < 64
+    assert result.manifest["verification"]["passed"] is True
+
+
+def test_run_command_reproduces_onnxruntime(tmp_path, db_engine):
+    model = conv_net(in_channels=4, out_channels=8, strides=2)
+    ingested = load_model(to_bytes(model), name="conv")
+    result = tune_model(
+        ingested, tmp_path / "out", TuneOptions(trials_per_task=2), engine=db_engine
+    )
+    feeds = random_feeds(ingested.inputs, seed=11)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run(
+        [
+            CONVTUNE,
+            "run",
+            str(result.so_path),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--output",
+            str(tmp_path / "y.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    ours = np.load(tmp_path / "y.npz")["y"]
+    np.testing.assert_allclose(ours, reference_outputs(ingested, feeds, 1)[0], rtol=1e-4, atol=1e-4)
