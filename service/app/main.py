@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 # How long a worker gets to hand its job back to the queue after SIGTERM before it is killed.
 _WORKER_STOP_SECONDS = 20.0
+_PR_SET_PDEATHSIG = 1
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -57,10 +59,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when ``serve`` dies, even by SIGKILL (Linux prctl)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: serve's own cleanup still applies
+        pass
+
+
 def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
     """A ``python -m convtune.service.worker`` child seeing exactly these settings."""
     env = {**os.environ, **settings.to_env()}
-    return subprocess.Popen([sys.executable, "-m", "convtune.service.worker"], env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "convtune.service.worker"],
+        env=env,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
 
 
 def stop_worker(process: subprocess.Popen[bytes], timeout: float = _WORKER_STOP_SECONDS) -> None:
@@ -75,6 +90,10 @@ def stop_worker(process: subprocess.Popen[bytes], timeout: float = _WORKER_STOP_
         process.wait()
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(settings: Settings | None = None) -> None:
     """Migrate the database, start ``settings.workers`` worker processes, run the API until
     interrupted, then stop the workers."""
@@ -83,6 +102,9 @@ def serve(settings: Settings | None = None) -> None:
     settings = resolve_api_token(settings or Settings(), announce=True)
     settings.ensure_dirs()
     upgrade(settings.resolved_database_url())
+    # uvicorn re-raises the SIGTERM it caught once it has shut down; as an exception (not the
+    # default handler's instant death) it lets the workers below be stopped.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     workers = [start_worker(settings) for _ in range(settings.workers)]
     try:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
