@@ -1,22 +1,73 @@
-"""Performance commands (``convtune peak``) for the main CLI to mount.
+"""Performance commands (``convtune peak``, ``bench``, ``profile``) for the main CLI to mount.
 
 The main CLI calls ``app.add_typer(perf_app)``; without a name, typer merges these commands into
-the top level of ``convtune``.
+the top level of ``convtune``. Every command stores what it measured in the database: the peak on
+this host's target row, bench/profile results on the artifact row whose library was measured.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
-from typing import Annotated
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.peak import PeakResult, measure_peak
 from rich.console import Console
 from rich.table import Table
 
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.peak import PeakResult, measure_peak
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from tvm.target import Target
+
+    from convtune.tuner.bench import ModelBench
+
 perf_app = typer.Typer(help="Machine peak and performance measurements.")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="Database URL (default: $CONVTUNE_DATABASE_URL or ./data/convtune.db)."
+    ),
+]
+ModelArg = Annotated[Path, typer.Argument(help="The ONNX model.")]
+ArtifactOption = Annotated[
+    Path | None,
+    typer.Option("--artifact", help="model.so built by `convtune tune` (with its manifest)."),
+]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Threads for every contender (default: the artifact's, else cores)."),
+]
+InputShapeOption = Annotated[
+    list[str] | None,
+    typer.Option("--input-shape", help="Pin an input's shape: NAME=1,3,224,224 (repeatable)."),
+]
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """A user mistake ends the command with its one-line message and exit code, no traceback."""
+    try:
+        yield
+    except ConvtuneError as err:
+        typer.echo(f"error: {err.message}", err=True)
+        raise typer.Exit(err.exit_code) from None
+
+
+def _engine(db: str | None) -> Engine:
+    from convtune.db.migrate import upgrade
+    from convtune.db.session import make_engine
+
+    upgrade(db)
+    return make_engine(db)
 
 
 def peak_table(result: PeakResult) -> Table:
@@ -39,14 +90,233 @@ def peak(
         int, typer.Option(help="Threads for the all-cores figure (default: all CPUs).")
     ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    db: DbOption = None,
 ) -> None:
-    """Measure the fp32 FMA peak of this machine, on one core and on THREADS cores."""
-    try:
+    """Measure the fp32 FMA peak of this machine, on one core and on THREADS cores; store it."""
+    from convtune.tuner.report import store_peak
+    from convtune.tuner.target import make_target
+
+    with _user_errors():
         result = measure_peak(threads or os.cpu_count() or 1)
-    except ConvtuneError as err:
-        typer.echo(f"error: {err.message}", err=True)
-        raise typer.Exit(err.exit_code) from None
+        store_peak(_engine(db), make_target(None), result)
     if as_json:
         typer.echo(json.dumps(result.as_dict()))
     else:
         Console().print(peak_table(result))
+
+
+# ---------------------------------------------------------------------------------------------
+# shared by bench and profile
+# ---------------------------------------------------------------------------------------------
+
+
+def _context(
+    model: Path, artifact: Path | None, threads: int | None, input_shape: list[str] | None
+) -> tuple[Any, Target, int]:
+    """The ingested model, this host's target and the thread count; checks the artifact fits."""
+    from convtune.tuner.ingest import load_model, parse_input_shape
+    from convtune.tuner.runtime import load_manifest
+    from convtune.tuner.target import make_target, target_threads
+
+    shapes = dict(parse_input_shape(text) for text in input_shape or [])
+    ingested = load_model(model, shapes or None)
+    target = make_target(None)
+    manifest_threads = None
+    if artifact is not None:
+        if not artifact.is_file():
+            raise ConvtuneError(f"artifact not found: {artifact}")
+        manifest = load_manifest(artifact)
+        built_from = manifest.get("model", {}).get("sha256")
+        if built_from and built_from != ingested.sha256:
+            raise ConvtuneError(f"{artifact} was built from another model than {model}")
+        manifest_threads = manifest.get("threads")
+    return ingested, target, target_threads(target, threads or manifest_threads)
+
+
+def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
+    """GFLOP/s peak for ``threads`` threads: stored for this host, else measured quickly now."""
+    from convtune.tuner.report import peak_for_threads, stored_peak
+
+    found = stored_peak(engine, target)
+    if found is not None:
+        return peak_for_threads(found, threads), "database"
+    quick = measure_peak(threads, repeats=2, seconds=0.05)
+    return peak_for_threads(quick, threads), "measured now (run `convtune peak` to store one)"
+
+
+def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
+    """Attach results to the artifact row of ``artifact``'s library; its id, or None if unknown."""
+    from convtune.tuner.report import find_artifact, store_artifact_results
+
+    if artifact is None:
+        return None
+    artifact_id = find_artifact(engine, artifact)
+    if artifact_id is not None:
+        store_artifact_results(engine, artifact_id, **results)
+    return artifact_id
+
+
+def _data_dir() -> Path:
+    from convtune.db.session import data_dir
+
+    return data_dir()
+
+
+def _console() -> Console:
+    """stdout console; piped output gets a wide fixed width so tables stay readable in reports."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_table(result: ModelBench) -> Table:
+    """Contenders in run order: time, GFLOP/s, % of peak and time relative to onnxruntime."""
+    doc = result.as_dict()
+    table = Table(
+        title=f"{doc['model']}: {doc['gflop']:.2f} GFLOP, {doc['threads']} threads, "
+        f"peak {doc['peak_gflops']:.0f} GFLOP/s ({doc['peak_source']})"
+    )
+    for col in ("contender", "median ms", "p10 ms", "p90 ms", "rounds", "GFLOP/s", "% peak"):
+        table.add_column(col, justify="left" if col == "contender" else "right")
+    table.add_column("time / onnxruntime", justify="right")
+    for name, r in doc["results"].items():
+        table.add_row(
+            name,
+            f"{r['median_ms']:.2f}",
+            f"{r['p10_ms']:.2f}",
+            f"{r['p90_ms']:.2f}",
+            str(r["rounds"]),
+            f"{r['gflops']:.1f}",
+            _fmt(r["pct_peak"], ".1f"),
+            _fmt(r["time_vs_ort"], ".2f"),
+        )
+    return table
+
+
+@perf_app.command("bench")
+def bench(
+    model: ModelArg,
+    artifact: ArtifactOption = None,
+    threads: ThreadsOption = None,
+    input_shape: InputShapeOption = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds per contender.")] = 20,
+    warmup: Annotated[int, typer.Option(min=0, help="Discarded warm-up rounds.")] = 3,
+    skip_untuned: Annotated[
+        bool, typer.Option("--skip-untuned", help="Leave out the untuned TVM build.")
+    ] = False,
+    untuned_budget: Annotated[
+        float, typer.Option(min=0.0, help="Seconds the untuned build may run (naive loops).")
+    ] = 20.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print ONE JSON line.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Tuned artifact vs untuned TVM vs onnxruntime, interleaved in one process, same threads."""
+    from convtune.tuner.bench import bench_model, untuned_library
+
+    with _user_errors():
+        ingested, target, n_threads = _context(model, artifact, threads, input_shape)
+        engine = _engine(db)
+        peak_gflops, peak_source = _peak(engine, target, n_threads)
+        untuned = None if skip_untuned else untuned_library(ingested, target, _data_dir())
+        result = bench_model(
+            ingested,
+            threads=n_threads,
+            peak_gflops=peak_gflops,
+            peak_source=peak_source,
+            artifact=artifact,
+            untuned=untuned,
+            rounds=rounds,
+            warmup=warmup,
+            untuned_budget_s=untuned_budget,
+        )
+        doc = result.as_dict()
+        doc["artifact_id"] = _store(engine, artifact, bench=doc)
+    if as_json:
+        typer.echo(json.dumps(doc))
+    else:
+        _console().print(bench_table(result))
+
+
+# ---------------------------------------------------------------------------------------------
+# profile
+# ---------------------------------------------------------------------------------------------
+
+
+def profile_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """Per-layer rows as printed by ``convtune profile``."""
+    table = Table(title=title)
+    for col in ("layer", "op", "shape", "ONNX nodes"):
+        table.add_column(col)
+    for col in ("MFLOP", "our ms", "ort ms", "GFLOP/s", "% peak", "share"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        nodes = r["onnx_nodes"]
+        table.add_row(
+            r["layer"],
+            r["op"],
+            r["shape"],
+            ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else ""),
+            _fmt(r["flops"] / 1e6 if r["flops"] else None, ".1f"),
+            _fmt(r["ms"], ".3f"),
+            _fmt(r["ort_ms"], ".3f"),
+            _fmt(r["gflops"], ".1f"),
+            _fmt(r["pct_peak"], ".1f"),
+            _fmt(r["share"] * 100 if r["share"] is not None else None, ".1f") + "%",
+        )
+    return table
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Rows as CSV with :data:`PROFILE_COLUMNS`; ``onnx_nodes`` joined by ``;``, None empty."""
+    from convtune.tuner.profile import PROFILE_COLUMNS
+
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=PROFILE_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "onnx_nodes": ";".join(row["onnx_nodes"])})
+
+
+@perf_app.command("profile")
+def profile(
+    model: ModelArg,
+    artifact: ArtifactOption = None,
+    threads: ThreadsOption = None,
+    input_shape: InputShapeOption = None,
+    runs: Annotated[int, typer.Option(min=1, help="Profiled runs (median per layer).")] = 5,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
+    csv_file: Annotated[Path | None, typer.Option("--csv", help="Write rows as CSV.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Per-layer time of the compiled model (untuned without --artifact) next to onnxruntime's."""
+    from convtune.tuner.bench import untuned_library
+    from convtune.tuner.profile import profile_model
+
+    with _user_errors():
+        ingested, target, n_threads = _context(model, artifact, threads, input_shape)
+        engine = _engine(db)
+        peak_gflops, _ = _peak(engine, target, n_threads)
+        so_path = artifact or untuned_library(ingested, target, _data_dir())
+        rows = profile_model(
+            ingested,
+            so_path,
+            target=target,
+            threads=n_threads,
+            peak_gflops=peak_gflops,
+            runs=runs,
+        )
+        _store(engine, artifact, profile=rows)
+    if json_file is not None:
+        json_file.write_text(json.dumps(rows, indent=1))
+    if csv_file is not None:
+        write_csv(rows, csv_file)
+    kind = "tuned" if artifact is not None else "untuned"
+    title = f"{ingested.name} ({kind}), {n_threads} threads, peak {peak_gflops:.0f} GFLOP/s"
+    _console().print(profile_table(rows, title))

@@ -17,10 +17,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import statistics
 import tempfile
 import time
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -28,6 +31,11 @@ import onnxruntime as ort
 
 from convtune.tuner.bench import ort_session
 from convtune.tuner.errors import ConvtuneError
+
+if TYPE_CHECKING:
+    from tvm.target import Target
+
+    from convtune.tuner.ingest import IngestedModel
 
 _KERNEL_SUFFIX = "_kernel_time"
 _NCHWC_SUFFIX = "_nchwc"
@@ -199,3 +207,119 @@ def tvm_layer_times(
         name: statistics.median(run.get(name, 0.0) for run in per_run) * 1e3
         for name in sorted(names)
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# model-level profile: TVM layers mapped to ONNX nodes, next to onnxruntime's nodes
+# ---------------------------------------------------------------------------------------------
+
+#: Layer name of the row that collects onnxruntime kernels no TVM layer covers (pooling, layout).
+ORT_OTHER = "(onnxruntime: other nodes)"
+PROFILE_COLUMNS = (
+    "layer",
+    "op",
+    "shape",
+    "onnx_nodes",
+    "calls",
+    "flops",
+    "ms",
+    "ort_ms",
+    "gflops",
+    "pct_peak",
+    "share",
+)
+
+
+def _op_label(function_name: str) -> str:
+    """``fused_batch_norm_relu2`` → ``batch_norm_relu``: what a non-anchor kernel computes."""
+    return re.sub(r"\d+$", "", function_name.removeprefix("fused_"))
+
+
+def _output_shape(func: Any) -> str:
+    """Shape of a PrimFunc's last parameter (TIR's destination-passing output), e.g. 1x64x56x56."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    args = ArgInfo.from_prim_func(func)
+    shape = getattr(args[-1], "shape", None) if args else None
+    return "x".join(str(int(d)) for d in shape) if shape is not None else ""
+
+
+def profile_model(
+    ingested: IngestedModel,
+    so_path: Path,
+    *,
+    target: Target,
+    threads: int,
+    peak_gflops: float,
+    runs: int = 5,
+) -> list[dict[str, Any]]:
+    """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
+
+    One row per fused TIR task of ``extract_tasks`` (structurally equal layers share a task and a
+    row; ``calls`` counts them), in task order, then one row per compiled function no task
+    covers, then :data:`ORT_OTHER`. ``ms`` is the summed median time of the task's functions in
+    one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
+    for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
+    ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
+    extraction names the functions the same way the build did. Each Conv/Gemm/MatMul ONNX node
+    is in exactly one row's ``onnx_nodes``.
+    """
+    from .extract import _tasks_by_function, extract_tasks, fuse
+    from .verify import random_feeds
+
+    feeds = random_feeds(ingested.inputs, seed=0)
+    relax_model, tasks = extract_tasks(ingested, target)
+    task_of = {name: t.name for name, t in _tasks_by_function(fuse(relax_model), tasks).items()}
+    tvm_ms = tvm_layer_times(so_path, feeds, threads, runs=runs)
+    ort_ms = ort_node_times(ingested.model.SerializeToString(), feeds, threads, runs)
+
+    per_row: dict[str, float] = {}
+    for symbol, ms in tvm_ms.items():
+        key = task_of.get(symbol, symbol)
+        per_row[key] = per_row.get(key, 0.0) + ms
+    total = sum(per_row.values())
+    rows: list[dict[str, Any]] = []
+    attributed: set[str] = set()
+
+    def add(layer: str, op: str, shape: str, nodes: list[str], calls: int, flops: float) -> None:
+        ms = per_row.get(layer)
+        known = [ort_ms[n] for n in nodes if n in ort_ms]
+        attributed.update(nodes)
+        gflops = flops / ms / 1e6 if ms and flops else None
+        rows.append(
+            {
+                "layer": layer,
+                "op": op,
+                "shape": shape,
+                "onnx_nodes": nodes,
+                "calls": calls,
+                "flops": flops,
+                "ms": ms,
+                "ort_ms": sum(known) if known else None,
+                "gflops": gflops,
+                "pct_peak": 100.0 * gflops / peak_gflops if gflops and peak_gflops else None,
+                "share": ms / total if ms is not None and total else None,
+            }
+        )
+
+    for task in tasks:
+        anchor = task.kind != "other"
+        add(
+            task.name,
+            task.op if anchor else _op_label(task.name),
+            task.shape_text if anchor else _output_shape(task.mod["main"]),
+            list(task.onnx_nodes),
+            task.occurrences,
+            task.flops * task.occurrences,
+        )
+    for symbol in per_row.keys() - {t.name for t in tasks}:
+        add(symbol, _op_label(symbol), "", [], 1, 0.0)
+    rest = sum(ms for name, ms in ort_ms.items() if name not in attributed)
+    rows.append(
+        {
+            "layer": ORT_OTHER, "op": "", "shape": "", "onnx_nodes": [], "calls": 0,
+            "flops": 0.0, "ms": None, "ort_ms": rest, "gflops": None, "pct_peak": None,
+            "share": None,
+        }
+    )  # fmt: skip
+    return rows
