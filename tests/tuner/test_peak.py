@@ -7,11 +7,18 @@ import sys
 
 import pytest
 import typer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
+from convtune.db.models import TargetRow
+from convtune.db.ms_database import target_key
+from convtune.db.session import make_engine
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.peak import best_isa, measure_peak
+from convtune.tuner.peak import PeakResult, best_isa, measure_peak
+from convtune.tuner.report import peak_for_threads, stored_peak
+from convtune.tuner.target import make_target
 
 _NUMPY_SGEMM = """
 import time, numpy as np
@@ -89,14 +96,15 @@ def _cli() -> typer.Typer:
     return app
 
 
-def test_peak_cli_json_and_table():
+def test_peak_cli_json_and_table(tmp_path):
+    db = ["--db", f"sqlite:///{tmp_path / 'c.db'}"]
     runner = CliRunner()
-    result = runner.invoke(_cli(), ["peak", "--threads", "1", "--json"])
+    result = runner.invoke(_cli(), ["peak", "--threads", "1", "--json", *db])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["threads"] == 1
     assert data["gflops_all"] == data["gflops_per_core"] > 1.0
-    table = runner.invoke(_cli(), ["peak", "--threads", "1"])
+    table = runner.invoke(_cli(), ["peak", "--threads", "1", *db])
     assert table.exit_code == 0
     assert "GFLOP/s, 1 core" in table.output
 
@@ -106,3 +114,35 @@ def test_peak_cli_user_error_is_one_line():
     assert result.exit_code == 2
     assert "threads must be >= 1" in result.output
     assert "Traceback" not in result.output
+
+
+def test_peak_cli_stores_on_this_hosts_target(db_url):
+    """The measured peak lands on the host target's row, the one tuning records hang off."""
+    runner = CliRunner()
+    first = runner.invoke(_cli(), ["peak", "--threads", "2", "--json", "--db", db_url])
+    assert first.exit_code == 0, first.output
+    engine = make_engine(db_url)
+    try:
+        stored = stored_peak(engine, make_target(None))
+        measured = json.loads(first.output)
+        assert stored is not None
+        assert stored.gflops_all == pytest.approx(measured["gflops_all"])
+        assert stored.gflops_per_core == pytest.approx(measured["gflops_per_core"])
+        assert stored.threads == 2
+        # Measuring again updates the same row rather than adding a target.
+        again = runner.invoke(_cli(), ["peak", "--threads", "1", "--json", "--db", db_url])
+        assert again.exit_code == 0, again.output
+        with Session(engine) as session:
+            rows = session.scalars(select(TargetRow)).all()
+        assert len(rows) == 1
+        assert rows[0].key == target_key(make_target(None))
+        assert rows[0].peak_threads == 1 and rows[0].peak_measured_at is not None
+    finally:
+        engine.dispose()
+
+
+def test_peak_for_threads():
+    peak = PeakResult(gflops_per_core=100.0, gflops_all=180.0, threads=2, method="m")
+    assert peak_for_threads(peak, 1) == 100.0
+    assert peak_for_threads(peak, 2) == 180.0
+    assert peak_for_threads(peak, 8) == 180.0  # more threads than cores add no FMA units

@@ -1,11 +1,17 @@
 """onnxruntime per-node times, attributed back to the ONNX nodes of the original graph."""
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from convtune.tuner.bench import untuned_library
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.profile import ort_node_times
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.profile import ORT_OTHER, ort_node_times, profile_model
+from convtune.tuner.target import make_target
+from tests.models import _vi, make_model, three_conv_cnn
 
 
 def _model() -> bytes:
@@ -116,3 +122,66 @@ def test_tvm_layer_times_per_fused_function(tmp_path):
         tvm_layer_times(path, {}, threads=1)
     with pytest.raises(ConvtuneError, match="no such library"):
         tvm_layer_times(tmp_path / "absent.so", feeds, threads=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# profile_model: TVM layers of a real untuned build mapped back to ONNX nodes
+# ---------------------------------------------------------------------------------------------
+
+
+def _twin_conv_model() -> onnx.ModelProto:
+    """conv a → relu → conv b (same shapes, other weights) → relu → pool → Gemm: a and b share
+    one TVM task, so one row must list both."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), n)
+        for n, s in (("wa", (8, 8, 3, 3)), ("wb", (8, 8, 3, 3)), ("wfc", (4, 8)))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1] * 4),
+        helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
+        helper.make_node("Conv", ["ra", "wb"], ["b"], name="conv_b", pads=[1] * 4),
+        helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
+        helper.make_node("GlobalAveragePool", ["rb"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "wfc"], ["y"], name="fc", transB=1),
+    ]
+    return make_model(nodes, [_vi("x", [1, 8, 16, 16])], [_vi("y", [1, 4])], inits, name="twins")
+
+
+@pytest.mark.parametrize("build", [_twin_conv_model, three_conv_cnn])
+def test_profile_rows_cover_every_anchor_node_once(build, tmp_path):
+    model = build()
+    ingested = load_model(model.SerializeToString())
+    target = make_target(None)
+    so_path = untuned_library(ingested, target, tmp_path)
+    rows = profile_model(ingested, so_path, target=target, threads=1, peak_gflops=100.0, runs=2)
+
+    anchors = [n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm")]
+    listed = [name for row in rows for name in row["onnx_nodes"]]
+    assert sorted(listed) == sorted(anchors)  # each exactly once
+    for row in rows:
+        if row["onnx_nodes"]:
+            assert row["op"] in ("Conv", "Gemm")
+            assert row["ms"] > 0 and row["ort_ms"] > 0 and row["gflops"] > 0
+            assert row["calls"] == len(row["onnx_nodes"])
+    # Non-anchor kernels (pooling) get rows of their own, with the kernel's output shape.
+    assert any(not r["onnx_nodes"] and r["ms"] for r in rows)
+    assert rows[-1]["layer"] == ORT_OTHER
+    shares = [r["share"] for r in rows if r["share"] is not None]
+    assert sum(shares) == pytest.approx(1.0)
+
+
+def test_profile_groups_structurally_equal_layers(tmp_path):
+    model = _twin_conv_model()
+    ingested = load_model(model.SerializeToString())
+    target = make_target(None)
+    _, tasks = extract_tasks(ingested, target)
+    so_path = untuned_library(ingested, target, tmp_path)
+    rows = profile_model(ingested, so_path, target=target, threads=1, peak_gflops=1.0, runs=2)
+    twin = next(r for r in rows if "conv_a" in r["onnx_nodes"])
+    assert twin["onnx_nodes"] == ["conv_a", "conv_b"] and twin["calls"] == 2
+    per_call = next(t for t in tasks if "conv_a" in t.onnx_nodes).flops
+    assert twin["flops"] == pytest.approx(2 * per_call)
+    # The untuned 3×3 convs dominate this model: the profile must say so.
+    assert twin["share"] == max(r["share"] for r in rows if r["share"] is not None)
