@@ -83,3 +83,12 @@ def test_ort_session_rejects_garbage_in_one_line():
     assert "\n" not in err.value.message
     with pytest.raises(ConvtuneError, match="threads must be >= 1"):
         ort_session(onnx.ModelProto().SerializeToString(), threads=0)
+
+
+def test_budget_caps_a_slow_runner_but_keeps_one_sample():
+    log: list[str] = []
+    runners = {"slow": _recorder(log, "S", sleep_s=0.03), "fast": _recorder(log, "F")}
+    stats = interleaved(runners, warmup=3, rounds=5, min_round_s=0.0, budget_s={"slow": 0.01})
+    # One warm-up call and one measured sample for the over-budget runner, all for the other.
+    assert "".join(log) == "SF" + "F" * 2 + "SF" + "F" * 4
+    assert stats["slow"].rounds == 1 and stats["fast"].rounds == 5
