@@ -135,6 +135,7 @@ def load_model(
     # Pinned before the checker, which rejects unknown-rank inputs that an override may fix.
     model = _pin_input_shapes(model, input_shapes or {})
     _check(model)
+    model = _weights_as_constants(model)
     if model.functions:
         # The frontend does not know model-local functions; inlining makes their ops visible.
         model = onnx.inliner.inline_local_functions(model)
@@ -461,6 +462,23 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # graph walking
 # ---------------------------------------------------------------------------------------------
+
+
+def _weights_as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop graph inputs that are initializers (IR < 4 lists weights as inputs too).
+
+    Such an input is only a default a caller could override; convtune compiles weights in, and
+    TVM's frontend would otherwise turn each into a duplicate runtime parameter. IR 4 is the first
+    version that allows initializers that are not inputs.
+    """
+    weights = {t.name for t in model.graph.initializer}
+    if not any(vi.name in weights for vi in model.graph.input):
+        return model
+    kept = [vi for vi in model.graph.input if vi.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.ir_version = max(model.ir_version, 4)
+    return model
 
 
 def _real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:

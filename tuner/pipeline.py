@@ -199,7 +199,7 @@ def tune_model(
             "budget_minutes": options.budget_minutes,
             "seed": options.seed,
         },
-        "untuned_tasks": [row["task"] for row in layers if row["best_gflops"] is None],
+        "untuned_tasks": [row["task"] for row in layers if row["best_ms"] is None],
         "layers": layers,
     }
     (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, default=_json_default))

@@ -72,7 +72,7 @@ class Artifact:
         if missing:
             raise ConvtuneError(f"missing input(s) {', '.join(missing)}")
         return [
-            tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), self.device)
+            tvm.runtime.tensor(np.asarray(feeds[n], order="C"), self.device)
             for n in self.input_names
         ]
 

@@ -24,7 +24,12 @@ from tvm.s_tir.meta_schedule.cost_model import XGBModel
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerResult
-from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+from tvm.s_tir.meta_schedule.search_strategy import (
+    EvolutionarySearch,
+    MeasureCandidate,
+    PySearchStrategy,
+    SearchStrategy,
+)
 from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase
@@ -77,9 +82,88 @@ def plan_search(
     return SearchPlan(list(tasks), workload_ids, budgets, done)
 
 
+class TrialBudget:
+    """How many more trials each task may take: its budget, the clock and stop requests.
+
+    Enforced where candidates are generated (``BudgetedSearch``): a task that may take no more
+    trials generates none, and MetaSchedule's scheduler then retires it by itself.
+    """
+
+    def __init__(
+        self,
+        plan: SearchPlan,
+        deadline: float | None,
+        should_stop: Callable[[], bool] | None,
+        result: SearchResult,
+    ) -> None:
+        self.plan = plan
+        self.deadline = deadline
+        self.should_stop = should_stop
+        self.result = result
+        self.counts = list(plan.done_before)
+
+    def allowance(self, index: int) -> int:
+        reason = self.stop_reason()
+        if reason:
+            self.result.stopped_early = True
+            self.result.reason = reason
+            return 0
+        return max(0, self.plan.budgets[index] - self.counts[index])
+
+    def stop_reason(self) -> str:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "time budget reached"
+        if self.should_stop is not None and self.should_stop():
+            return "stop requested"
+        return ""
+
+
+@derived_object
+class BudgetedSearch(PySearchStrategy):
+    """Wraps a search strategy so that a task stops when its ``TrialBudget`` allowance is spent.
+
+    An empty batch also ends the task: the space is exhausted (tiny elementwise spaces have a
+    handful of distinct schedules), and asking again would only repeat the search.
+    """
+
+    def __init__(self, inner: SearchStrategy, budget: TrialBudget, index: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.budget = budget
+        self.index = index
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(  # type: ignore[no-untyped-def]
+        self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
+    ) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> list[MeasureCandidate] | None:
+        allowed = self.budget.allowance(self.index)
+        if allowed <= 0:
+            return None
+        candidates = self.inner.generate_measure_candidates()
+        if not candidates:
+            return None
+        return list(candidates)[:allowed]
+
+    def notify_runner_results(
+        self, measure_candidates: list[MeasureCandidate], results: list[RunnerResult]
+    ) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> SearchStrategy:
+        return BudgetedSearch(self.inner.clone(), self.budget, self.index)  # type: ignore[return-value]
+
+
 @derived_object
 class RecordTrials(PyMeasureCallback):
-    """Writes every measured candidate to the database and enforces the budgets.
+    """Writes every measured candidate to the database as soon as its batch is measured.
 
     Runs first among the measure callbacks, so a trial is durable before anything else uses it.
     """
@@ -87,29 +171,20 @@ class RecordTrials(PyMeasureCallback):
     def __init__(
         self,
         database: SQLDatabase,
-        plan: SearchPlan,
+        budget: TrialBudget,
         active: list[int],
         *,
         space: str,
         job_id: int | None,
-        deadline: float | None,
-        should_stop: Callable[[], bool] | None,
         on_event: EventSink | None,
-        result: SearchResult,
     ) -> None:
         super().__init__()
         self.database = database
-        self.plan = plan
+        self.budget = budget
         self.active = active  # scheduler task id -> index into plan.tasks
         self.space = space
         self.job_id = job_id
-        self.deadline = deadline
-        self.should_stop = should_stop
         self.on_event = on_event
-        self.result = result
-        self.counts = {i: plan.done_before[i] for i in active}
-        self.best_gflops: dict[int, float | None] = {}
-        self.terminated: set[int] = set()
 
     def apply(
         self,
@@ -120,12 +195,15 @@ class RecordTrials(PyMeasureCallback):
         runner_results: list[RunnerResult],
     ) -> None:
         index = self.active[task_id]
-        task = self.plan.tasks[index]
-        wid = self.plan.workload_ids[index]
+        plan = self.budget.plan
+        task = plan.tasks[index]
+        wid = plan.workload_ids[index]
+        errors = 0
         for candidate, built, ran in zip(
             measure_candidates, builder_results, runner_results, strict=True
         ):
             error = built.error_msg or ran.error_msg
+            errors += bool(error)
             run_secs = None if error or ran.run_secs is None else [float(s) for s in ran.run_secs]
             self.database.record_trial(
                 wid,
@@ -133,54 +211,31 @@ class RecordTrials(PyMeasureCallback):
                 run_secs=run_secs,
                 args_info_json=[arg.as_json() for arg in candidate.args_info],
                 error=_first_lines(error) if error else None,
-                trial_index=self.counts[index],
+                trial_index=self.budget.counts[index],
                 space=self.space,
                 job_id=self.job_id,
                 flops=task.flops,
             )
-            self.counts[index] += 1
-            self.result.trials_measured += 1
-        self.result.per_task[index] = self.counts[index]
+            self.budget.counts[index] += 1
+            self.budget.result.trials_measured += 1
+        self.budget.result.per_task[index] = self.budget.counts[index]
+        if self.on_event is None:
+            return
         best = self.database.best_record(wid)
-        if self.on_event is not None:
-            self.on_event(
-                "trial_batch",
-                {
-                    "task_index": index,
-                    "task": task.name,
-                    "op": task.op or "fused",
-                    "shape": task.shape_text,
-                    "trials": self.counts[index],
-                    "budget": self.plan.budgets[index],
-                    "best_gflops": best.gflops if best is not None else None,
-                    "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
-                    "errors": sum(
-                        1
-                        for b, r in zip(builder_results, runner_results, strict=True)
-                        if b.error_msg or r.error_msg
-                    ),
-                },
-            )
-        if self.counts[index] >= self.plan.budgets[index]:
-            self._terminate(task_scheduler, task_id)
-        reason = self._stop_reason()
-        if reason:
-            self.result.stopped_early = True
-            self.result.reason = reason
-            for other in range(len(self.active)):
-                self._terminate(task_scheduler, other)
-
-    def _stop_reason(self) -> str:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return "time budget reached"
-        if self.should_stop is not None and self.should_stop():
-            return "stop requested"
-        return ""
-
-    def _terminate(self, task_scheduler: ms.TaskScheduler, task_id: int) -> None:
-        if task_id not in self.terminated:
-            self.terminated.add(task_id)
-            task_scheduler.terminate_task(task_id)
+        self.on_event(
+            "trial_batch",
+            {
+                "task_index": index,
+                "task": task.name,
+                "op": task.op or "fused",
+                "shape": task.shape_text,
+                "trials": self.budget.counts[index],
+                "budget": plan.budgets[index],
+                "best_gflops": best.gflops if best is not None else None,
+                "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
+                "errors": errors,
+            },
+        )
 
 
 def _first_lines(text: str, limit: int = 2000) -> str:
@@ -248,13 +303,15 @@ def run_search(
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     seeds = ms.utils.fork_seed(seed, n=len(active))
+    deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
+    budget = TrialBudget(plan, deadline, should_stop, result)
     with tempfile.TemporaryDirectory(prefix="convtune-search-") as work_dir:
         contexts = [
             ms.TuneContext(
                 mod=plan.tasks[i].mod,
                 target=target,
                 space_generator=generic_space(target, config),
-                search_strategy="evolutionary",
+                search_strategy=BudgetedSearch(EvolutionarySearch(), budget, i),
                 task_name=plan.tasks[i].name,
                 rand_state=rand_state,
                 num_threads=threads,
@@ -270,17 +327,8 @@ def run_search(
         warm = warm_start_cost_model(cost_model, contexts, plan, active, database)
         if on_event is not None and warm:
             on_event("cost_model_warm_start", {"records": warm})
-        deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
         recorder = RecordTrials(
-            database,
-            plan,
-            active,
-            space=config.name,
-            job_id=job_id,
-            deadline=deadline,
-            should_stop=should_stop,
-            on_event=on_event,
-            result=result,
+            database, budget, active, space=config.name, job_id=job_id, on_event=on_event
         )
         remaining = [plan.remaining(i) for i in active]
         builder = CandidateBuilder(max_workers=threads)

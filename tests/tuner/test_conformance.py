@@ -3,8 +3,7 @@
 Two sources, both shipped in the onnx wheel (nothing downloaded): the node-test generators
 (``onnx.backend.test.case.node``: conv.py, gemm.py) and the PyTorch-exported models under
 ``onnx/backend/test/data/pytorch-converted`` (test_Conv2d*, test_Linear*). Each case is compared
-with its expected outputs under ``verify.compare``'s tolerance. Known engine gaps are strict xfails
-that name the cause, so a fix shows up as an XPASS.
+with its expected outputs under ``verify.compare``'s tolerance.
 """
 
 from __future__ import annotations
@@ -33,20 +32,6 @@ PYTORCH_CASES = sorted(
     p.name for pattern in ("test_Conv2d*", "test_Linear*") for p in PYTORCH_DIR.glob(pattern)
 )
 
-SCALAR_INPUT = pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="engine bug: Artifact._args passes inputs through np.ascontiguousarray, which turns a "
-    "0-d array into shape (1,); the VM then rejects the scalar input (ndim 0 expected, got 1)",
-)
-SHADOWED_INITIALIZERS = pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="engine bug: initializers also listed as graph inputs (IR 3 models) become duplicate "
-    "Relax params in the TVM frontend, and extract.to_relax crashes on zip(strict=True)",
-)
-
-
 def _node_cases() -> list:
     """ONNX node test cases whose single node is a Conv or Gemm (one ``data_set`` each)."""
     from onnx.backend.test.case.node import collect_testcases
@@ -64,33 +49,13 @@ def _node_params() -> list:
     params = []
     for case in _node_cases():
         inputs, outputs = case.data_sets[0]
-        marks = [SCALAR_INPUT] if any(np.ndim(x) == 0 for x in inputs) else []
-        params.append(pytest.param(case.model, inputs, outputs, id=case.name, marks=marks))
+        params.append(pytest.param(case.model, inputs, outputs, id=case.name))
     return params
 
 
 def _read_tensors(data_set: Path, prefix: str) -> list[np.ndarray]:
     files = sorted(data_set.glob(f"{prefix}_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
     return [numpy_helper.to_array(onnx.load_tensor(str(p))) for p in files]
-
-
-def _has_shadowed_initializers(model: onnx.ModelProto) -> bool:
-    """Whether an initializer is still a graph input after ingest (folding may remove it)."""
-    folded = load_model(model.SerializeToString()).model
-    initializers = {t.name for t in folded.graph.initializer}
-    return any(vi.name in initializers for vi in folded.graph.input)
-
-
-def _without_shadowed_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same model in IR >= 4 form: initializers are constants, not graph inputs."""
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    initializers = {t.name for t in fixed.graph.initializer}
-    inputs = [vi for vi in fixed.graph.input if vi.name not in initializers]
-    del fixed.graph.input[:]
-    fixed.graph.input.extend(inputs)
-    fixed.ir_version = max(fixed.ir_version, 4)
-    return fixed
 
 
 @pytest.fixture(scope="module")
@@ -131,26 +96,11 @@ def _pytorch_case(name: str) -> tuple[onnx.ModelProto, list]:
     return onnx.load(str(case_dir / "model.onnx")), data_sets
 
 
-def _pytorch_params() -> list:
-    params = []
-    for name in PYTORCH_CASES:
-        model, _ = _pytorch_case(name)
-        marks = [SHADOWED_INITIALIZERS] if _has_shadowed_initializers(model) else []
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("name", _pytorch_params())
-def test_pytorch_converted_as_shipped(name: str, target, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", PYTORCH_CASES)
+def test_pytorch_converted(name: str, target, tmp_path: Path) -> None:
+    """As shipped: IR 3 models that also list their weights as graph inputs."""
     model, data_sets = _pytorch_case(name)
     _check_against_expected(model, data_sets, target, tmp_path)
-
-
-@pytest.mark.parametrize("name", PYTORCH_CASES)
-def test_pytorch_converted_ir4(name: str, target, tmp_path: Path) -> None:
-    """The numerics of the same cases, with initializers moved out of the graph inputs."""
-    model, data_sets = _pytorch_case(name)
-    _check_against_expected(_without_shadowed_initializers(model), data_sets, target, tmp_path)
 
 
 def test_all_shipped_cases_were_found() -> None:
