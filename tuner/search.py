@@ -68,6 +68,16 @@ class SearchResult:
     per_task: dict[int, int] = field(default_factory=dict)
 
 
+def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
+    """MetaSchedule's evolutionary search, its population scaled to the trial budget.
+
+    The default population (512 schedules sampled, mutated and ranked by the cost model for every
+    batch) is sized for 64-trial batches; for a budget of a few trials it costs more time than the
+    measurements themselves.
+    """
+    return EvolutionarySearch(population_size=min(512, max(64, 8 * trials_per_task)))
+
+
 def task_budget(task: ModelTask, trials_per_task: int) -> int:
     return trials_per_task if task.kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
 
@@ -311,7 +321,7 @@ def run_search(
                 mod=plan.tasks[i].mod,
                 target=target,
                 space_generator=generic_space(target, config),
-                search_strategy=BudgetedSearch(EvolutionarySearch(), budget, i),
+                search_strategy=BudgetedSearch(evolutionary_search(trials_per_task), budget, i),
                 task_name=plan.tasks[i].name,
                 rand_state=rand_state,
                 num_threads=threads,
