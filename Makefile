@@ -19,7 +19,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --config-file pyproject.toml -p convtune
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
 
 serve: install
 	$(BIN)/convtune serve

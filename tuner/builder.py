@@ -4,7 +4,7 @@ MetaSchedule's ``LocalBuilder`` starts a fresh process pool for every batch, and
 imports ``tvm.s_tir.tensor_intrin``, which parses every tensor intrinsic in TVMScript (CUDA ones
 included) — 5 to 15 s per worker on this machine, paid again for every batch. With small batches
 (a few trials per task, many tasks) that dominated tuning time. Here the pool stays up and is
-recycled after ``max_process_uses`` builds (the reason LocalBuilder restarts it: workers leak memory).
+recycled after ``max_process_uses`` builds (LocalBuilder restarts it because workers leak memory).
 fp32 CPU schedules never tensorize, so the intrinsics are not needed.
 """
 

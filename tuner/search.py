@@ -78,15 +78,16 @@ def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
     return EvolutionarySearch(population_size=min(512, max(64, 8 * trials_per_task)))
 
 
-def task_budget(task: ModelTask, trials_per_task: int) -> int:
-    return trials_per_task if task.kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
+def task_budget(kind: str, trials_per_task: int) -> int:
+    """Trials a task of ``kind`` ("conv", "gemm", "matmul" or "other") gets from a job."""
+    return trials_per_task if kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
 
 
 def plan_search(
     tasks: Sequence[ModelTask], database: SQLDatabase, trials_per_task: int, *, retune: bool
 ) -> SearchPlan:
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
-    budgets = [task_budget(task, trials_per_task) for task in tasks]
+    budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
     # A retune asks for `budget` new trials on top of what is recorded.
     done = [0] * len(tasks) if retune else [database.count_trials(wid) for wid in workload_ids]
     return SearchPlan(list(tasks), workload_ids, budgets, done)

@@ -23,7 +23,7 @@ from convtune.db.models import (
     TuningRecordRow,
 )
 from convtune.db.ms_database import SQLDatabase
-from convtune.tuner.search import OTHER_TASK_TRIALS
+from convtune.tuner.search import task_budget
 from convtune.tuner.target import make_target
 
 from .core.errors import ApiError, not_found
@@ -166,11 +166,6 @@ def create_job(
     return job, True
 
 
-def layer_budget(kind: str, trials_per_task: int) -> int:
-    """Trials the search gives a task of ``kind`` (the rule of ``search.task_budget``)."""
-    return trials_per_task if kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
-
-
 def job_out(session: Session, job: JobRow) -> JobOut:
     """The job with per-layer progress from ``tuning_records``.
 
@@ -187,7 +182,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
     budgets: dict[int, int] = {}
     for row in rows:
         key = row.workload_id if row.workload_id is not None else -1
-        budget = layer_budget(row.kind, per_task)
+        budget = task_budget(row.kind, per_task)
         trials, best = overall.get(key, (0, None))
         progress.append(
             LayerProgress(
