@@ -1,65 +1,230 @@
-"""Baseline benchmark (``make bench``): machine peak and onnxruntime on the zoo, side by side.
+"""Benchmark report (``make bench``): tune the zoo, then bench and profile each model.
 
-For each zoo model, onnxruntime with 1 and with all threads runs interleaved; the report gives the
-median, the spread and the fraction of the FMA peak reached (model GFLOP / time / peak). Written to
-``bench/reports/baseline-<utc time>.json`` (gitignored) and printed as a table. Tuned TVM artifacts
-join the interleaved set once the artifact format is fixed.
+For each zoo model: tune with the same API calls as ``convtune tune`` (resuming from the database,
+so a second run only tunes what the first left undone), then run the tuned artifact, the untuned
+TVM build and onnxruntime interleaved on the same threads (``convtune bench``), and profile the
+tuned artifact per layer next to onnxruntime (``convtune profile``). Writes
+``bench/reports/<date>-<model>.md`` and ``.json``: end to end, per layer, tuning time, machine.
+
+    python bench/run.py --models resnet18 --trials-per-task 2 --budget-minutes 3
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import pathlib
+import platform
 import sys
+import time
+from typing import Any
 
-import numpy as np
-import onnx
-from rich.console import Console
-from rich.table import Table
+import onnxruntime
+import tvm
 
-from convtune.tuner.bench import interleaved, ort_session
-from convtune.tuner.flops import model_flops
-from convtune.tuner.peak import measure_peak
+from convtune.db.migrate import upgrade
+from convtune.db.session import data_dir, make_engine
+from convtune.tuner.bench import ModelBench, bench_model, untuned_library
+from convtune.tuner.ingest import load_model
+from convtune.tuner.peak import PeakResult, measure_peak
+from convtune.tuner.pipeline import TuneOptions, tune_model
+from convtune.tuner.profile import profile_model
+from convtune.tuner.report import peak_for_threads, store_artifact_results, store_peak, stored_peak
+from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.zoo import BUILDERS, INPUT_NAME, INPUT_SHAPE, zoo_model
+from bench.zoo import BUILDERS, zoo_model
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
 
 
-def main(rounds: int = 15) -> dict:
-    cores = os.cpu_count() or 1
-    peak = measure_peak(cores)
-    feeds = {INPUT_NAME: np.random.default_rng(0).standard_normal(INPUT_SHAPE, dtype=np.float32)}
-    report: dict = {"peak": peak.as_dict(), "models": {}}
-    table = Table(title=f"onnxruntime on the zoo (peak {peak.gflops_all:.0f} GFLOP/s, {cores} thr)")
-    for col in ("model", "GFLOP", "threads", "median ms", "spread", "% of peak"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for name in BUILDERS:
-        data = zoo_model(name).read_bytes()
-        gflop = model_flops(onnx.load_from_string(data)).gflops
-        thread_counts = sorted({1, cores})
-        sessions = {t: ort_session(data, t) for t in thread_counts}
-        runners = {f"ort-{t}": (lambda s=s: s.run(None, feeds)) for t, s in sessions.items()}
-        stats = interleaved(runners, warmup=3, rounds=rounds, min_round_s=0.05)
-        report["models"][name] = {"gflop": gflop, **{k: v.as_dict() for k, v in stats.items()}}
-        for t in thread_counts:
-            s = stats[f"ort-{t}"]
-            peak_t = peak.gflops_per_core if t == 1 else peak.gflops_all
-            fraction = gflop / s.median / peak_t
-            table.add_row(
-                name, f"{gflop:.2f}", str(t), f"{s.median * 1e3:.2f}", f"{s.spread:.1%}",
-                f"{fraction:.0%}",
-            )  # fmt: skip
-    Console().print(table)
-    REPORTS.mkdir(exist_ok=True)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = REPORTS / f"baseline-{stamp}.json"
-    out.write_text(json.dumps(report, indent=2))
-    print(f"report: {out}")
-    return report
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "tvm": tvm.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "host": platform.node(),
+    }
+
+
+def _cell(value: Any, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def bench_markdown(bench: dict[str, Any]) -> list[str]:
+    lines = [
+        "| contender | median ms | p10 ms | p90 ms | rounds | GFLOP/s | % of peak "
+        "| time / onnxruntime |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in bench["results"].items():
+        lines.append(
+            f"| {name} | {r['median_ms']:.2f} | {r['p10_ms']:.2f} | {r['p90_ms']:.2f} | "
+            f"{r['rounds']} | {r['gflops']:.1f} | {_cell(r['pct_peak'], '.1f')} | "
+            f"{_cell(r['time_vs_ort'], '.2f')} |"
+        )
+    return lines
+
+
+def profile_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| layer | op | shape | ONNX nodes | MFLOP | our ms | ort ms | GFLOP/s | % peak | share |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        nodes = r["onnx_nodes"]
+        shown = ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else "")
+        share = None if r["share"] is None else 100 * r["share"]
+        lines.append(
+            f"| {r['layer']} | {r['op']} | {r['shape']} | {shown} | "
+            f"{_cell(r['flops'] / 1e6 if r['flops'] else None, '.1f')} | {_cell(r['ms'], '.3f')} | "
+            f"{_cell(r['ort_ms'], '.3f')} | {_cell(r['gflops'], '.1f')} | "
+            f"{_cell(r['pct_peak'], '.1f')} | {_cell(share, '.1f')} |"
+        )
+    return lines
+
+
+def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
+    """``<date>-<model>.json`` (everything) and ``.md`` (the tables); returns the .md path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"{report['date']}-{name}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    tuning, peak, bench = report["tuning"], report["peak"], report["bench"]
+    md = [
+        f"# {name}: convtune vs untuned TVM vs onnxruntime ({report['date']})",
+        "",
+        f"Machine: {report['machine']['cpu']}, {report['machine']['logical_cpus']} logical CPUs; "
+        f"TVM {report['machine']['tvm']}, onnxruntime {report['machine']['onnxruntime']}. "
+        f"fp32 peak {peak['gflops_per_core']:.0f} GFLOP/s per core, {peak['gflops_all']:.0f} on "
+        f"{peak['threads']} threads.",
+        "",
+        f"Tuning: {tuning['seconds'] / 60:.1f} min, {tuning['trials_measured']} trials measured "
+        f"({tuning['trials_per_task']} per task, budget {tuning['budget_minutes']} min, "
+        f"stopped: {tuning['reason']}); {len(tuning['untuned_tasks'])} task(s) left untuned.",
+        "",
+        f"## End to end ({bench['threads']} threads, {bench['gflop']:.2f} GFLOP)",
+        "",
+        *bench_markdown(bench),
+        "",
+        "## Per layer (tuned artifact, onnxruntime per node on the same threads)",
+        "",
+        *profile_markdown(report["profile"]),
+        "",
+    ]
+    path = stem.with_suffix(".md")
+    path.write_text("\n".join(md))
+    return path
+
+
+def _peak(engine: Any, target: Any, threads: int) -> PeakResult:
+    found = stored_peak(engine, target)
+    if found is None:
+        found = measure_peak(threads)
+        store_peak(engine, target, found)
+    return found
+
+
+def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult) -> dict:
+    """Tune, bench and profile one zoo model; returns the report (also stored on the artifact)."""
+    ingested = load_model(zoo_model(name))
+    target = make_target(args.target)
+    threads = target_threads(target, args.threads)
+    out_dir = data_dir() / "bench" / name
+    print(f"[{name}] tuning ({args.trials_per_task} trials/task, {args.budget_minutes} min)")
+    start = time.perf_counter()
+    options = TuneOptions(
+        target=args.target,
+        trials_per_task=args.trials_per_task,
+        budget_minutes=args.budget_minutes,
+        threads=threads,
+    )
+    tuned = tune_model(ingested, out_dir, options, engine=engine)
+    tuning_s = time.perf_counter() - start
+    peak_gflops = peak_for_threads(peak, threads)
+    print(f"[{name}] bench ({args.rounds} rounds)")
+    untuned = None if args.skip_untuned else untuned_library(ingested, target, data_dir())
+    bench: ModelBench = bench_model(
+        ingested,
+        threads=threads,
+        peak_gflops=peak_gflops,
+        peak_source="database",
+        artifact=tuned.so_path,
+        untuned=untuned,
+        rounds=args.rounds,
+    )
+    print(f"[{name}] profile")
+    rows = profile_model(
+        ingested, tuned.so_path, target=target, threads=threads, peak_gflops=peak_gflops
+    )
+    bench_doc = bench.as_dict()
+    store_artifact_results(engine, tuned.artifact_id, bench=bench_doc, profile=rows)
+    search = tuned.manifest["search"]
+    return {
+        "date": args.date,
+        "model": name,
+        "artifact_id": tuned.artifact_id,
+        "machine": machine(),
+        "peak": peak.as_dict(),
+        "tuning": {
+            "seconds": tuning_s,
+            "trials_measured": search["trials_measured"],
+            "trials_per_task": args.trials_per_task,
+            "budget_minutes": args.budget_minutes,
+            "reason": search["reason"],
+            "untuned_tasks": tuned.manifest["untuned_tasks"],
+        },
+        "bench": bench_doc,
+        "profile": rows,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(BUILDERS), help="Comma-separated zoo names.")
+    parser.add_argument("--trials-per-task", type=int, default=64)
+    parser.add_argument(
+        "--budget-minutes", type=float, default=None, help="Search budget per model."
+    )
+    parser.add_argument("--threads", type=int, default=None, help="Default: the target's cores.")
+    parser.add_argument("--target", default=None, help="Default: this host.")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--skip-untuned", action="store_true", help="No untuned TVM baseline.")
+    parser.add_argument("--db", default=None, help="Database URL (default: the data dir's).")
+    parser.add_argument("--out", type=pathlib.Path, default=REPORTS)
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.models.split(",") if m not in BUILDERS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(BUILDERS)}")
+    args.date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[pathlib.Path]:
+    args = parse_args(argv)
+    upgrade(args.db)
+    engine = make_engine(args.db)
+    target = make_target(args.target)
+    peak = _peak(engine, target, os.cpu_count() or 1)
+    written = []
+    for name in args.models.split(","):
+        report = run_model(name, args, engine, peak)
+        path = write_report(name, report, args.out)
+        print(path.read_text())
+        written.append(path)
+    return written
 
 
 if __name__ == "__main__":

@@ -255,9 +255,9 @@ def profile_model(
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 
-    One row per fused TIR task of ``extract_tasks`` (structurally equal layers share a task and a
-    row; ``calls`` counts them), in task order, then one row per compiled function no task
-    covers, then :data:`ORT_OTHER`. ``ms`` is the summed median time of the task's functions in
+    One row per fused TIR task of ``extract_tasks`` that runs (structurally equal layers share a
+    task and a row; ``calls`` counts them) and per compiled function no task covers, slowest
+    first, then :data:`ORT_OTHER`. ``ms`` is the summed median time of the task's functions in
     one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
     ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
@@ -304,6 +304,8 @@ def profile_model(
 
     for task in tasks:
         anchor = task.kind != "other"
+        if not anchor and task.name not in per_row:
+            continue  # became a VM builtin (a reshape view): nothing runs
         add(
             task.name,
             task.op if anchor else _op_label(task.name),
@@ -314,6 +316,7 @@ def profile_model(
         )
     for symbol in per_row.keys() - {t.name for t in tasks}:
         add(symbol, _op_label(symbol), "", [], 1, 0.0)
+    rows.sort(key=lambda row: -(row["ms"] or 0.0))
     rest = sum(ms for name, ms in ort_ms.items() if name not in attributed)
     rows.append(
         {
