@@ -150,6 +150,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         trials_per_task=args.trials_per_task,
         budget_minutes=args.budget_minutes,
         threads=threads,
+        layout=args.layout,
     )
     tuned = tune_model(ingested, out_dir, options, engine=engine)
     tuning_s = time.perf_counter() - start
@@ -167,7 +168,12 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
     )
     print(f"[{name}] profile")
     rows = profile_model(
-        ingested, tuned.so_path, target=target, threads=threads, peak_gflops=peak_gflops
+        ingested,
+        tuned.so_path,
+        target=target,
+        threads=threads,
+        peak_gflops=peak_gflops,
+        layout=tuned.manifest["layout"],
     )
     bench_doc = bench.as_dict()
     store_artifact_results(engine, tuned.artifact_id, bench=bench_doc, profile=rows)
@@ -200,6 +206,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=None, help="Default: the target's cores.")
     parser.add_argument("--target", default=None, help="Default: this host.")
+    parser.add_argument("--layout", default="nchw", choices=["nchw", "nchwc"])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--skip-untuned", action="store_true", help="No untuned TVM baseline.")
     parser.add_argument("--db", default=None, help="Database URL (default: the data dir's).")

@@ -172,6 +172,9 @@ def tune(
     threads: Annotated[int | None, typer.Option(min=1, help="Default: all cores.")] = None,
     seed: int = 0,
     retune: Annotated[bool, typer.Option(help="Search again workloads tuned before.")] = False,
+    layout: Annotated[
+        str, typer.Option(help="nchw, or nchwc: convolutions in the blocked NCHW[x]c layout.")
+    ] = "nchw",
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
     db: DbOption = None,
@@ -190,6 +193,7 @@ def tune(
             threads=threads,
             seed=seed,
             retune=retune,
+            layout=layout,
         )
         progress = Progress()
         with progress.live:

@@ -298,6 +298,7 @@ def profile(
     """Per-layer time of the compiled model (untuned without --artifact) next to onnxruntime's."""
     from convtune.tuner.bench import untuned_library
     from convtune.tuner.profile import profile_model
+    from convtune.tuner.runtime import load_manifest
 
     with _user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
@@ -311,6 +312,7 @@ def profile(
             threads=n_threads,
             peak_gflops=peak_gflops,
             runs=runs,
+            layout=load_manifest(artifact).get("layout", "nchw") if artifact else "nchw",
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:

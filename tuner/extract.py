@@ -2,7 +2,8 @@
 
 TVM's frontend keeps no ONNX node names, so the link is made by structure: every Conv, Gemm and
 MatMul becomes exactly one *anchor* block (a multiply-accumulate reduction over two operands) inside
-one fused TIR function. An anchor's spatial extents are the node's output shape and its reduction
+one fused TIR function. An anchor's spatial extents hold the node's output elements (in NCHW or a
+blocked NCHW[x]c layout) and its reduction
 extent is ``Cin/groups·kh·kw`` (conv) or ``K`` (Gemm/MatMul); ONNX nodes are matched to the fused
 call sites in graph order by that signature.
 """
@@ -24,7 +25,9 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from .errors import UnsupportedOpError
+from convtune.schedules.layout import blocked_layout
+
+from .errors import ConvtuneError, UnsupportedOpError
 from .flops import node_flops, node_key, static_shapes
 from .ingest import IngestedModel
 
@@ -142,7 +145,7 @@ def fuse(relax_model: RelaxModel) -> IRModule:
 class _Anchor:
     """The multiply-accumulate block of a fused function: its output extents and reduction size."""
 
-    spatial: tuple[int, ...]
+    outputs: int
     reduction: int
 
 
@@ -155,11 +158,11 @@ def _anchor(func: tirx.PrimFunc) -> _Anchor | None:
         value = getattr(block.body, "value", None)
         if not isinstance(value, tirx.Add) or not isinstance(value.b, tirx.Mul):
             continue
-        spatial = tuple(int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0)
+        outputs = math.prod(int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0)
         reduction = math.prod(
             int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 2
         )
-        return _Anchor(spatial=spatial, reduction=reduction)
+        return _Anchor(outputs=outputs, reduction=reduction)
     return None
 
 
@@ -201,7 +204,7 @@ def _onnx_anchor(
                 if isinstance(attrs["auto_pad"], bytes)
                 else attrs["auto_pad"]
             )
-        return _Anchor(spatial=tuple(y), reduction=math.prod(w[1:])), desc
+        return _Anchor(outputs=math.prod(y), reduction=math.prod(w[1:])), desc
     if node.op_type in ("Gemm", "MatMul"):
         a, b = shapes.get(node.input[0]), shapes.get(node.input[1])
         y = shapes.get(node.output[0])
@@ -229,13 +232,23 @@ def _onnx_anchor(
                 "a": list(a),
                 "b": list(b),
             }
-        return _Anchor(spatial=tuple(y), reduction=int(k)), desc
+        return _Anchor(outputs=math.prod(y), reduction=int(k)), desc
     return None
 
 
-def extract_tasks(ingested: IngestedModel, target: Target) -> tuple[RelaxModel, list[ModelTask]]:
-    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
+def extract_tasks(
+    ingested: IngestedModel, target: Target, layout: str = "nchw"
+) -> tuple[RelaxModel, list[ModelTask]]:
+    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover.
+
+    ``layout="nchwc"`` first converts the convolutions to the blocked layout (schedules/layout.py).
+    """
     relax_model = to_relax(ingested)
+    if layout == "nchwc":
+        bound = relax.transform.BindParams("main", relax_model.params)(relax_model.mod)
+        relax_model = RelaxModel(mod=blocked_layout(bound, target), params={})
+    elif layout != "nchw":
+        raise ConvtuneError(f"unknown layout {layout!r}: use 'nchw' or 'nchwc'")
     fused = fuse(relax_model)
     extracted = ms.relax_integration.extract_tasks(fused, target)
     tasks: list[ModelTask] = []
@@ -252,7 +265,7 @@ def extract_tasks(ingested: IngestedModel, target: Target) -> tuple[RelaxModel, 
     return relax_model, tasks
 
 
-def _tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, ModelTask]:
+def tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, ModelTask]:
     """Map every fused function name to its task (extraction merges structurally equal ones)."""
     by_hash = {structural_hash(task.mod["main"]): task for task in tasks}
     by_func: dict[str, ModelTask] = {}
@@ -265,7 +278,7 @@ def _tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, Mod
 
 
 def _link_onnx_nodes(model: onnx.ModelProto, fused: IRModule, tasks: list[ModelTask]) -> None:
-    by_func = _tasks_by_function(fused, tasks)
+    by_func = tasks_by_function(fused, tasks)
     sites: list[tuple[str, _Anchor]] = []
     for func_name in _call_sites(fused):
         func = fused[func_name]

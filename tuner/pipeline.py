@@ -17,6 +17,7 @@ from tvm.target import Target
 
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
 from convtune.db.ms_database import SQLDatabase
+from convtune.schedules.space import SpaceConfig
 
 from .build import build_library, file_sha256
 from .extract import ModelTask, RelaxModel, extract_tasks
@@ -35,6 +36,8 @@ class TuneOptions:
     threads: int | None = None
     seed: int = 0
     retune: bool = False
+    # "nchw", or "nchwc": convolutions in the blocked NCHW[x]c layout (schedules/layout.py).
+    layout: str = "nchw"
 
 
 @dataclass
@@ -58,10 +61,15 @@ class PreparedModel:
 
 
 def prepare_model(
-    ingested: IngestedModel, *, engine: Engine, target: str | None, stored_path: str | None
+    ingested: IngestedModel,
+    *,
+    engine: Engine,
+    target: str | None,
+    stored_path: str | None,
+    layout: str = "nchw",
 ) -> PreparedModel:
     tvm_target = make_target(target)
-    relax_model, tasks = extract_tasks(ingested, tvm_target)
+    relax_model, tasks = extract_tasks(ingested, tvm_target, layout)
     database = SQLDatabase(engine, tvm_target)
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     with Session(engine) as session, session.begin():
@@ -146,7 +154,11 @@ def tune_model(
     """
     emit = on_event or (lambda kind, payload: None)
     prepared = prepare_model(
-        ingested, engine=engine, target=options.target, stored_path=stored_path
+        ingested,
+        engine=engine,
+        target=options.target,
+        stored_path=stored_path,
+        layout=options.layout,
     )
     threads = target_threads(prepared.target, options.threads)
     emit(
@@ -162,6 +174,7 @@ def tune_model(
         seed=options.seed,
         retune=options.retune,
         job_id=job_id,
+        space=SpaceConfig(name=options.layout),
         on_event=emit,
         should_stop=should_stop,
     )
@@ -187,6 +200,7 @@ def tune_model(
         "outputs": [_spec_dict(s) for s in ingested.outputs],
         "target": prepared.target.export(),
         "threads": threads,
+        "layout": options.layout,
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},
         "library": {"file": so_path.name, "sha256": file_sha256(so_path)},

@@ -252,6 +252,7 @@ def profile_model(
     threads: int,
     peak_gflops: float,
     runs: int = 5,
+    layout: str = "nchw",
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 
@@ -264,12 +265,12 @@ def profile_model(
     extraction names the functions the same way the build did. Each Conv/Gemm/MatMul ONNX node
     is in exactly one row's ``onnx_nodes``.
     """
-    from .extract import _tasks_by_function, extract_tasks, fuse
+    from .extract import extract_tasks, fuse, tasks_by_function
     from .verify import random_feeds
 
     feeds = random_feeds(ingested.inputs, seed=0)
-    relax_model, tasks = extract_tasks(ingested, target)
-    task_of = {name: t.name for name, t in _tasks_by_function(fuse(relax_model), tasks).items()}
+    relax_model, tasks = extract_tasks(ingested, target, layout)
+    task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
     tvm_ms = tvm_layer_times(so_path, feeds, threads, runs=runs)
     ort_ms = ort_node_times(ingested.model.SerializeToString(), feeds, threads, runs)
 
