@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine, session_factory
+from convtune.service.dashboard import install_dashboard
 
 from .api.main import api_router
 from .api.routes import health
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(api_router, prefix="/api")
     app.include_router(health.router)
+    install_dashboard(app)
     return app
 
 

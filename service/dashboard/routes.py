@@ -1,0 +1,98 @@
+"""HTML pages of the dashboard and the JSON their scripts fetch.
+
+Pages: ``/`` (models), ``/models/{id}`` and ``/jobs/{id}`` (layers), ``/layers/{workload_id}``.
+``/jobs/{id}/layers.json`` is what the job page re-reads when the job's event stream reports
+progress. Plotly.js is streamed from the installed ``plotly`` package (no copy in the repo).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import plotly
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from ..app import crud
+from ..app.api.deps import SessionDep, SettingsDep
+from . import views
+from .filters import install_filters
+
+HERE = Path(__file__).resolve().parent
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+MODELS_PER_PAGE = 50
+
+templates = Jinja2Templates(directory=HERE / "templates")
+install_filters(templates.env)
+router = APIRouter(include_in_schema=False)
+
+
+def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context)
+
+
+@router.get("/", response_class=HTMLResponse)
+def models_page(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    page: Annotated[int, Query(ge=1)] = 1,
+) -> HTMLResponse:
+    offset = (page - 1) * MODELS_PER_PAGE
+    # One extra row tells whether a next page exists without a COUNT query.
+    models = views.models_overview(session, offset=offset, limit=MODELS_PER_PAGE + 1)
+    return _page(
+        request,
+        "models.html",
+        models=models[:MODELS_PER_PAGE],
+        page=page,
+        has_next=len(models) > MODELS_PER_PAGE,
+        auth=settings.auth_enabled,
+    )
+
+
+@router.get("/models/{model_id}", response_class=HTMLResponse)
+def model_page(model_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+    model = crud.get_model(session, model_id)
+    return _page(request, "layers.html", view=views.layer_page(session, model, None), live=False)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(job_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+    job = crud.get_job(session, job_id)
+    view = views.layer_page(session, crud.get_model(session, job.model_id), job)
+    return _page(request, "layers.html", view=view, live=True)
+
+
+@router.get("/jobs/{job_id}/layers.json")
+def job_layers(job_id: int, session: SessionDep) -> dict[str, Any]:
+    job = crud.get_job(session, job_id)
+    return views.layer_page(session, crud.get_model(session, job.model_id), job)
+
+
+@router.get("/layers/{workload_id}", response_class=HTMLResponse)
+def layer_page(
+    workload_id: int,
+    request: Request,
+    session: SessionDep,
+    page: Annotated[int, Query(ge=1)] = 1,
+) -> HTMLResponse:
+    return _page(request, "layer.html", view=views.layer_detail(session, workload_id, page=page))
+
+
+@router.get("/vendor/plotly.min.js")
+def plotly_js() -> FileResponse:
+    return FileResponse(
+        PLOTLY_JS,
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
+
+
+def install_dashboard(app: FastAPI) -> None:
+    """Add the pages, ``/vendor/plotly.min.js`` and ``/static`` to ``app``."""
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

@@ -1,0 +1,250 @@
+"""The dashboard in headless Chromium against a real API, a real worker and a real tiny tuning job.
+
+The model is uploaded through the page's form, the job page is watched while the worker tunes
+(its counters must change with no navigation), the layer page's charts are counted against the
+database, and the download button's file is hashed. Screenshots at 1280×800 go to
+``docs/screenshots/``. Needs Debian's ``/usr/bin/chromium`` (skips without it, fails under CI).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from convtune.db.models import TuningRecordRow
+from convtune.db.session import make_engine
+from tests.models import three_conv_cnn, to_bytes
+from tests.service.conftest import REPO, Service, database, start_service
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = REPO / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 800}
+JOB_TIMEOUT_MS = 150_000
+
+if not CHROMIUM.exists():
+    reason = f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402 - only with a browser
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    directory = tmp_path_factory.mktemp("dashboard")
+    with database("sqlite", directory) as url:
+        running = start_service(directory, url)
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+@pytest.fixture(scope="module")
+def page(dash: Service) -> Iterator[Page]:
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport=VIEWPORT, base_url=dash.url, accept_downloads=True)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            yield page
+        finally:
+            browser.close()
+        assert not errors, f"JavaScript errors on the pages: {errors}"
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SCREENSHOTS / name)
+
+
+@pytest.fixture(scope="module")
+def model(dash: Service, page: Page) -> dict[str, Any]:
+    """cnn3 uploaded through the models page's form; the API's view of it."""
+    page.goto("/")
+    page.set_input_files(
+        "#upload input[name=file]",
+        {
+            "name": "cnn3.onnx",
+            "mimeType": "application/octet-stream",
+            "buffer": to_bytes(three_conv_cnn()),
+        },
+    )
+    page.click("#upload button[type=submit]")
+    page.wait_for_selector("#models tr[data-model-id] >> text=cnn3")
+    with dash.client() as client:
+        [uploaded] = client.get("/api/models").json()
+        return client.get(f"/api/models/{uploaded['id']}").json()
+
+
+@pytest.fixture(scope="module")
+def watched_job(dash: Service, page: Page, model: dict[str, Any]) -> dict[str, Any]:
+    """A 2-trials-per-task job, watched on its page from before the worker starts to its end."""
+    with dash.client() as client:
+        job = client.post(
+            f"/api/models/{model['id']}/jobs", json={"trials_per_task": 2, "threads": 2}
+        ).json()
+        page.goto(f"/jobs/{job['id']}")
+        page.evaluate("window.__sameDocument = true")
+        before = page.text_content("#trials-done")
+        dash.start_worker()
+        page.wait_for_function(
+            "document.getElementById('trials-done').textContent !== '0'", timeout=JOB_TIMEOUT_MS
+        )
+        during = page.text_content("#trials-done")
+        status_during = page.get_attribute("body", "data-job-status")
+        page.wait_for_function(
+            "document.body.dataset.streamEnded === '1' && !!document.getElementById('download')",
+            timeout=JOB_TIMEOUT_MS,
+        )
+        final = client.get(f"/api/jobs/{job['id']}").json()
+        # The refresh that follows the stream's end shows the final numbers.
+        page.wait_for_function(
+            "([done, status]) => document.getElementById('trials-done').textContent === done"
+            " && document.getElementById('job-status').textContent === status",
+            arg=[str(final["trials_done"]), final["status"]],
+        )
+        return {
+            "job": final,
+            "before": before,
+            "during": during,
+            "status_during": status_during,
+            "same_document": page.evaluate("window.__sameDocument === true"),
+            "after": page.text_content("#trials-done"),
+            "status_after": page.text_content("#job-status"),
+            "best_cells": page.eval_on_selector_all(
+                "#layers tr[data-position]",
+                "rows => Object.fromEntries(rows.map(r => [r.dataset.position,"
+                " r.querySelector('[data-col=best_gflops]').dataset.value]))",
+            ),
+        }
+
+
+def test_models_list_shows_the_upload(
+    page: Page, model: dict[str, Any], watched_job: dict[str, Any]
+) -> None:
+    page.goto("/")
+    row = page.locator(f"#models tr[data-model-id='{model['id']}']")
+    cells = row.locator("td").all_text_contents()
+    assert cells[1] == "cnn3"
+    assert cells[3] == str(len(model["workloads"])) and len(model["workloads"]) >= 4
+    assert cells[6] == f"job {watched_job['job']['id']}: succeeded"
+    screenshot(page, "models.png")
+
+
+def test_job_page_updates_live_without_reload(page: Page, watched_job: dict[str, Any]) -> None:
+    job = watched_job["job"]
+    assert job["status"] == "succeeded", job["error"]
+    assert watched_job["before"] == "0"
+    assert watched_job["during"] != "0"
+    assert watched_job["same_document"], "the page navigated while the job ran"
+    assert watched_job["after"] == str(job["trials_done"]) and job["trials_done"] > 0
+    assert watched_job["status_after"] == "succeeded"
+    # Per-layer rows were updated in place too: each best GFLOP/s cell matches the API.
+    for layer in job["progress"]:
+        shown = watched_job["best_cells"][str(layer["position"])]
+        if layer["best_gflops"] is None:
+            assert shown == ""
+        else:
+            assert float(shown) == pytest.approx(layer["best_gflops"])
+    page.goto(f"/jobs/{job['id']}")
+    screenshot(page, "job.png")
+
+
+def test_layer_table_sorts_on_click(page: Page, watched_job: dict[str, Any]) -> None:
+    page.goto(f"/jobs/{watched_job['job']['id']}")
+    header = page.locator("#layers th", has_text="best GFLOP/s")
+    header.click()
+    header.click()  # second click: descending
+
+    def column() -> list[float]:
+        values = page.locator("#layers td[data-col=best_gflops]").evaluate_all(
+            "cells => cells.map(c => c.dataset.value)"
+        )
+        return [float(v) for v in values if v]
+
+    values = column()
+    assert len(values) >= 3 and values == sorted(values, reverse=True)
+
+
+def test_download_button_returns_the_verified_artifact(
+    dash: Service, page: Page, watched_job: dict[str, Any]
+) -> None:
+    job = watched_job["job"]
+    page.goto(f"/jobs/{job['id']}")
+    shown = page.text_content("#artifact-sha")
+    with page.expect_download() as info:
+        page.click("#download")
+    body = Path(info.value.path()).read_bytes()
+    with dash.client() as client:
+        artifact = client.get(f"/api/artifacts/{job['artifact_id']}").json()
+    assert hashlib.sha256(body).hexdigest() == shown == artifact["sha256"]
+    assert body[:4] == b"\x7fELF"
+
+
+def _trials_in_db(dash: Service, workload_id: int) -> int:
+    engine = make_engine(dash.env["CONVTUNE_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(
+                select(func.count(TuningRecordRow.id)).where(
+                    TuningRecordRow.workload_id == workload_id
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+def test_layer_page_draws_every_trial(
+    dash: Service, page: Page, watched_job: dict[str, Any]
+) -> None:
+    conv = max(
+        (p for p in watched_job["job"]["progress"] if p["op"] == "Conv"),
+        key=lambda p: p["best_gflops"] or 0.0,
+    )
+    wid = conv["workload_id"]
+    page.goto(f"/jobs/{watched_job['job']['id']}")
+    page.click(f"#layers a[href='/layers/{wid}']")
+    page.wait_for_selector("#chart-scatter .scatterlayer path.point")
+    trials = _trials_in_db(dash, wid)
+    assert trials == conv["trials"] >= 2
+    assert page.locator("#chart-scatter .scatterlayer path.point").count() == trials
+    assert page.text_content("#trial-count") == str(trials)
+    best_points = page.locator("#chart-best-trial .scatterlayer path.point").count()
+    assert 1 <= best_points <= trials
+    assert page.locator("#chart-best-time .scatterlayer path.point").count() == best_points
+    assert page.locator("#chart-roofline .scatterlayer path.point").count() == 1
+    decisions = page.text_content("#decisions")
+    assert "×" in decisions, decisions  # tile sizes of the best schedule
+    assert page.locator("#trials tbody tr").count() == trials
+    screenshot(page, "layer.png")
+
+
+def test_plotly_is_served_from_the_installed_package(dash: Service) -> None:
+    import plotly
+
+    shipped = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    with dash.client() as client:
+        response = client.get("/vendor/plotly.min.js")
+    assert response.status_code == 200
+    assert (
+        hashlib.sha256(response.content).digest() == hashlib.sha256(shipped.read_bytes()).digest()
+    )
