@@ -1,0 +1,98 @@
+"""Dashboard helpers without a browser: schedule decisions read from a real TVM trace, chart
+series (exact best-so-far curve, bounded scatter), roofline arithmetic intensity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tvm import te
+from tvm.s_tir import Schedule
+
+from convtune.db.ms_database import to_plain
+from convtune.service.dashboard import series
+from convtune.service.dashboard.traces import summarize_trace
+from convtune.service.dashboard.views import arithmetic_intensity
+
+
+def _scheduled_matmul(seed: int) -> tuple[Schedule, list[int], int]:
+    """A 64×64 matmul with a sampled split (inner loop vectorized) and a sampled unroll."""
+    a = te.placeholder((64, 64), name="A")
+    b = te.placeholder((64, 64), name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = Schedule(te.create_prim_func([a, b, c]), seed=seed)
+    _, j, _ = sch.get_loops(sch.get_sblock("C"))
+    factors = sch.sample_perfect_tile(j, n=2, max_innermost_factor=16)
+    _, inner = sch.split(j, factors)
+    sch.vectorize(inner)
+    candidates = [0, 16, 64, 512]
+    choice = sch.sample_categorical(candidates, [0.25] * 4)
+    sch.annotate(sch.get_sblock("root"), "meta_schedule.unroll_explicit", choice)
+    tiles = [int(sch.get(f)) for f in factors]
+    unroll = int(sch.get(choice))  # the value picked, not its index
+    assert unroll in candidates
+    return sch, tiles, unroll
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_decisions_of_a_real_trace(seed: int) -> None:
+    sch, tiles, unroll = _scheduled_matmul(seed)
+    stored = to_plain(sch.trace.as_json())  # what tuning_records.trace holds
+    summary = summarize_trace(stored)
+    assert [t["factors"] for t in summary.tiles] == [tiles]
+    assert tiles[0] * tiles[1] == 64
+    assert summary.vector_lanes == [tiles[1]]
+    assert summary.unroll == [unroll]
+    assert summary.instructions == len(stored[0])
+
+
+@pytest.mark.parametrize("trace", [None, [], "x", [[], []], [[["Split"]], [["bad"]]]])
+def test_malformed_traces_give_an_empty_summary(trace: object) -> None:
+    summary = summarize_trace(trace)
+    assert summary.tiles == [] and summary.unroll == [] and summary.vector_lanes == []
+
+
+def _trials(values: list[float | None]) -> list[series.Trial]:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        (i, start + timedelta(seconds=i), None if v is None else 1.0, v, None if v else "boom")
+        for i, v in enumerate(values)
+    ]
+    return series.trials_from_rows(rows)
+
+
+def test_best_so_far_keeps_improvements_and_the_end() -> None:
+    trials = _trials([1.0, None, 3.0, 2.0, 5.0, 4.0, None])
+    curve = series.best_so_far(trials)
+    assert [(t.n, t.gflops) for t in curve] == [(1, 1.0), (3, 3.0), (5, 5.0), (7, 5.0)]
+    assert [t.seconds for t in curve] == [0.0, 2.0, 4.0, 6.0]
+    assert [t.failed for t in trials] == [False, True, False, False, False, False, True]
+
+
+def test_thinning_bounds_the_scatter_and_keeps_extremes_and_failures() -> None:
+    values: list[float | None] = [float((i * 7919) % 1000) for i in range(30_000)]
+    values[12_345] = 5000.0  # the best trial
+    for i in range(0, 30_000, 997):
+        values[i] = None
+    trials = _trials(values)
+    kept = series.thin(trials, limit=2000)
+    assert len(kept) <= 2000
+    assert max(t.gflops or 0.0 for t in kept) == 5000.0
+    assert sum(t.failed for t in kept) >= 20
+    assert [t.n for t in kept] == sorted(t.n for t in kept)
+    # The curve is computed on all trials, not the thinned ones: exact.
+    assert series.best_so_far(trials)[-1].gflops == 5000.0
+    assert series.thin(trials[:50]) == trials[:50]
+
+
+def test_arithmetic_intensity() -> None:
+    conv = {"input": [1, 3, 16, 16], "weight": [8, 3, 3, 3], "output": [1, 8, 16, 16]}
+    elements = 3 * 256 + 8 * 27 + 8 * 256
+    assert arithmetic_intensity("conv", conv, 114_688.0) == pytest.approx(
+        114_688.0 / (4 * elements)
+    )
+    gemm = {"M": 1, "N": 10, "K": 16}
+    assert arithmetic_intensity("gemm", gemm, 330.0) == pytest.approx(330.0 / (4 * 186))
+    assert arithmetic_intensity("other", {}, 10.0) is None
+    assert arithmetic_intensity("conv", {"input": [1]}, 10.0) is None
