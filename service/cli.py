@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,6 +13,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from convtune.service.cli_common import (
+    DbOption,
+    InputShapeOption,
+    load_ingested,
+    open_database,
+    user_errors,
+)
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
 
@@ -31,55 +36,16 @@ app.add_typer(perf_app)
 
 console = Console(stderr=True)
 
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db", help="Database URL (default: $CONVTUNE_DATABASE_URL or ./data/convtune.db)."
-    ),
-]
-InputShapeOption = Annotated[
-    list[str] | None,
-    typer.Option("--input-shape", help="Pin an input's shape: NAME=1,3,224,224 (repeatable)."),
-]
 TargetOption = Annotated[
     str | None,
     typer.Option("--target", help='Default: this host. E.g. "llvm -mcpu=znver4 -num-cores=2".'),
 ]
 
 
-def fail(message: str, exit_code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(exit_code)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """A user mistake ends the command with its one-line message and exit code, no traceback."""
-    try:
-        yield
-    except ConvtuneError as exc:
-        raise fail(exc.message, exc.exit_code) from None
-
-
 def _quiet_tvm_logs() -> None:
     # MetaSchedule prints its task tables at INFO; ours is the progress display.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     logging.getLogger("tvm").setLevel(logging.WARNING)
-
-
-def _load(model: Path, input_shape: list[str] | None) -> Any:
-    from convtune.tuner.ingest import load_model, parse_input_shape
-
-    shapes = dict(parse_input_shape(text) for text in input_shape or [])
-    return load_model(model, shapes or None)
-
-
-def _engine(db: str | None) -> Any:
-    from convtune.db.migrate import upgrade
-    from convtune.db.session import make_engine
-
-    upgrade(db)
-    return make_engine(db)
 
 
 @app.command()
@@ -94,7 +60,7 @@ def workloads(
         from convtune.tuner.extract import extract_tasks
         from convtune.tuner.target import make_target
 
-        ingested = _load(model, input_shape)
+        ingested = load_ingested(model, input_shape)
         _, tasks = extract_tasks(ingested, make_target(target))
     rows = [task.as_dict() for task in tasks]
     if as_json:
@@ -184,8 +150,8 @@ def tune(
     with user_errors():
         from convtune.tuner.pipeline import TuneOptions, tune_model
 
-        ingested = _load(model, input_shape)
-        engine = _engine(db)
+        ingested = load_ingested(model, input_shape)
+        engine = open_database(db)
         options = TuneOptions(
             target=target,
             trials_per_task=trials_per_task,

@@ -11,8 +11,6 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +18,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from convtune.service.cli_common import (
+    DbOption,
+    InputShapeOption,
+    load_ingested,
+    open_database,
+    user_errors,
+)
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.peak import PeakResult, measure_peak
 
@@ -31,12 +36,6 @@ if TYPE_CHECKING:
 
 perf_app = typer.Typer(help="Machine peak and performance measurements.")
 
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db", help="Database URL (default: $CONVTUNE_DATABASE_URL or ./data/convtune.db)."
-    ),
-]
 ModelArg = Annotated[Path, typer.Argument(help="The ONNX model.")]
 ArtifactOption = Annotated[
     Path | None,
@@ -46,30 +45,6 @@ ThreadsOption = Annotated[
     int | None,
     typer.Option(min=1, help="Threads for every contender (default: the artifact's, else cores)."),
 ]
-InputShapeOption = Annotated[
-    list[str] | None,
-    typer.Option("--input-shape", help="Pin an input's shape: NAME=1,3,224,224 (repeatable)."),
-]
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """A user mistake ends the command with its one-line message and exit code, no traceback."""
-    try:
-        yield
-    except ConvtuneError as err:
-        typer.echo(f"error: {err.message}", err=True)
-        raise typer.Exit(err.exit_code) from None
-
-
-def _engine(db: str | None) -> Engine:
-    from convtune.db.migrate import upgrade
-    from convtune.db.session import make_engine
-
-    upgrade(db)
-    return make_engine(db)
-
-
 def peak_table(result: PeakResult) -> Table:
     """The peak as a two-column table (also what the dashboard's text export shows)."""
     table = Table(title="fp32 peak (FMA microbenchmark)")
@@ -96,9 +71,9 @@ def peak(
     from convtune.tuner.report import store_peak
     from convtune.tuner.target import make_target
 
-    with _user_errors():
+    with user_errors():
         result = measure_peak(threads or os.cpu_count() or 1)
-        store_peak(_engine(db), make_target(None), result)
+        store_peak(open_database(db), make_target(None), result)
     if as_json:
         typer.echo(json.dumps(result.as_dict()))
     else:
@@ -114,12 +89,10 @@ def _context(
     model: Path, artifact: Path | None, threads: int | None, input_shape: list[str] | None
 ) -> tuple[Any, Target, int]:
     """The ingested model, this host's target and the thread count; checks the artifact fits."""
-    from convtune.tuner.ingest import load_model, parse_input_shape
     from convtune.tuner.runtime import load_manifest
     from convtune.tuner.target import make_target, target_threads
 
-    shapes = dict(parse_input_shape(text) for text in input_shape or [])
-    ingested = load_model(model, shapes or None)
+    ingested = load_ingested(model, input_shape)
     target = make_target(None)
     manifest_threads = None
     if artifact is not None:
@@ -220,9 +193,9 @@ def bench(
     """Tuned artifact vs untuned TVM vs onnxruntime, interleaved in one process, same threads."""
     from convtune.tuner.bench import bench_model, untuned_library
 
-    with _user_errors():
+    with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
-        engine = _engine(db)
+        engine = open_database(db)
         peak_gflops, peak_source = _peak(engine, target, n_threads)
         untuned = None if skip_untuned else untuned_library(ingested, target, _data_dir())
         result = bench_model(
@@ -300,9 +273,9 @@ def profile(
     from convtune.tuner.profile import profile_model
     from convtune.tuner.runtime import load_manifest
 
-    with _user_errors():
+    with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
-        engine = _engine(db)
+        engine = open_database(db)
         peak_gflops, _ = _peak(engine, target, n_threads)
         so_path = artifact or untuned_library(ingested, target, _data_dir())
         rows = profile_model(

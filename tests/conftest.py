@@ -7,6 +7,7 @@ its reason only when the server does not answer. ``db_engine`` is that database 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
@@ -41,13 +42,16 @@ def postgres_unavailable() -> str | None:
         return f"PostgreSQL at {POSTGRES_URL} does not answer: {first_line}"
 
 
-@pytest.fixture
-def postgres_schema_url() -> Iterator[str]:
-    """URL of a fresh, empty schema on the test PostgreSQL server; the schema is dropped after."""
+@contextlib.contextmanager
+def postgres_schema(prefix: str = "test") -> Iterator[str]:
+    """URL of a fresh, empty schema on the test PostgreSQL server; the schema is dropped after.
+
+    Skips the calling test with the reason when the server does not answer.
+    """
     reason = postgres_unavailable()
     if reason:
         pytest.skip(reason)
-    schema = f"test_{uuid.uuid4().hex[:12]}"
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = _libpq_url(POSTGRES_URL)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
@@ -57,6 +61,13 @@ def postgres_schema_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def postgres_schema_url() -> Iterator[str]:
+    """A fresh schema on the test PostgreSQL server, for one test."""
+    with postgres_schema() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -36,6 +36,8 @@ def set_threads(threads: int) -> int:
 
 
 def load_manifest(so_path: Path) -> dict[str, Any]:
+    if not so_path.is_file():
+        raise ConvtuneError(f"artifact not found: {so_path}")
     path = so_path.with_name(MANIFEST_NAME)
     if not path.is_file():
         raise ConvtuneError(f"no {MANIFEST_NAME} next to {so_path}: is this a convtune artifact?")

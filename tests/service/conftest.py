@@ -15,18 +15,14 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
-from tests.conftest import POSTGRES_URL, _libpq_url, postgres_unavailable
+from tests.conftest import postgres_schema
 
 REPO = Path(__file__).resolve().parents[2]
 # Small enough that a test can exceed it cheaply, large enough for every test model.
@@ -41,29 +37,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def postgres_schema() -> Iterator[str]:
-    """A fresh schema on the test server (skips with the reason if it does not answer)."""
-    reason = postgres_unavailable()
-    if reason:
-        pytest.skip(reason)
-    schema = f"svc_{uuid.uuid4().hex[:12]}"
-    admin = _libpq_url(POSTGRES_URL)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    url = make_url(POSTGRES_URL).update_query_dict({"options": f"-csearch_path={quote(schema)}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@contextlib.contextmanager
 def database(backend: str, directory: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{directory / 'convtune.db'}"
     else:
-        with postgres_schema() as url:
+        with postgres_schema("svc") as url:
             yield url
 
 
