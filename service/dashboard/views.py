@@ -195,15 +195,17 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     profile = _profile_by_task(artifact)
     rows = [_layer_row(mw, stats, errors, profile, per_task, peak) for mw in mws]
     _fill_shares(rows)
-    budgets = {r["workload_id"]: r["budget"] for r in rows if r["workload_id"] is not None}
-    done = sum(min(stats.get(w, {}).get("trials", 0), b) for w, b in budgets.items())
+    # Layers sharing a workload are tuned once: totals count each workload once.
+    trials = {r["workload_id"]: r["trials"] for r in rows if r["workload_id"] is not None}
+    budgets = {w: r["budget"] for r in rows if (w := r["workload_id"]) is not None and r["budget"]}
+    done = sum(min(n, budgets[w]) if w in budgets else n for w, n in trials.items())
     return {
         "model": {"id": model.id, "name": model.name, "sha256": model.sha256},
         "job": _job_view(job),
         "peak_gflops": peak,
         "rows": rows,
         "trials_done": done,
-        "trials_budget": sum(budgets.values()),
+        "trials_budget": sum(budgets.values()) if budgets else None,
         "artifact": artifact_view(artifact),
         "time_split": time_split(rows, artifact),
         "profiled": bool(profile),

@@ -6,13 +6,27 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy.orm import Session
 from tvm import te
 from tvm.s_tir import Schedule
 
+from convtune.db.models import (
+    ArtifactRow,
+    ModelRow,
+    ModelWorkloadRow,
+    TargetRow,
+    TuningRecordRow,
+    WorkloadRow,
+)
 from convtune.db.ms_database import to_plain
 from convtune.service.dashboard import series
 from convtune.service.dashboard.traces import summarize_trace
-from convtune.service.dashboard.views import arithmetic_intensity
+from convtune.service.dashboard.views import (
+    arithmetic_intensity,
+    layer_detail,
+    layer_page,
+    models_overview,
+)
 
 
 def _scheduled_matmul(seed: int) -> tuple[Schedule, list[int], int]:
@@ -96,3 +110,79 @@ def test_arithmetic_intensity() -> None:
     assert arithmetic_intensity("gemm", gemm, 330.0) == pytest.approx(330.0 / (4 * 186))
     assert arithmetic_intensity("other", {}, 10.0) is None
     assert arithmetic_intensity("conv", {"input": [1]}, 10.0) is None
+
+
+def _seed(engine, *, peak: float | None) -> tuple[int, int]:
+    """A model with one conv layer, 3 records (one build failure), an artifact with a profile
+    and a bench. Returns (model id, workload id)."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with Session(engine) as session, session.begin():
+        target = TargetRow(key="t", spec={}, peak_gflops_all=peak)
+        model = ModelRow(
+            sha256="0" * 64, name="m", size_bytes=10, path="/x", input_shapes={}, inputs=[],
+            outputs=[],
+        )  # fmt: skip
+        session.add_all([target, model])
+        session.flush()
+        workload = WorkloadRow(
+            target_id=target.id, shash="1", task_name="fused_conv", mod_json="{}", flops=2e6
+        )
+        session.add(workload)
+        session.flush()
+        session.add(
+            ModelWorkloadRow(
+                model_id=model.id, workload_id=workload.id, kind="conv", op="Conv",
+                description={"task": "fused_conv", "shape": "1x3x8x8"}, onnx_nodes=["c0"],
+                occurrences=1, flops=2e6, position=0,
+            )
+        )  # fmt: skip
+        for i, (mean, error) in enumerate(
+            [(2e-5, None), (None, "build failed: x"), (1e-5, None), (None, "LocalRunner: boom")]
+        ):
+            session.add(
+                TuningRecordRow(
+                    workload_id=workload.id, trace=[[], []], mean_sec=mean,
+                    gflops=2e6 / mean / 1e9 if mean else None, error=error, trial_index=i,
+                    created_at=start + timedelta(seconds=i),
+                )
+            )  # fmt: skip
+        session.add(
+            ArtifactRow(
+                model_id=model.id, target_id=target.id, sha256="a" * 64, path="/x.so",
+                manifest={}, verified=True,
+                profile=[
+                    {"layer": "fused_conv", "op": "Conv", "ms": 0.012, "ort_ms": 0.010},
+                    {"layer": "(onnxruntime: other nodes)", "op": "", "ms": None, "ort_ms": 0.002},
+                ],
+                bench={"results": {
+                    "tuned": {"median_ms": 0.02, "time_vs_ort": 1.1},
+                    "untuned": {"median_ms": 0.5},
+                    "onnxruntime": {"median_ms": 0.018},
+                }},
+            )
+        )  # fmt: skip
+        return model.id, workload.id
+
+
+@pytest.mark.parametrize("peak", [100.0, None])
+def test_layer_page_reads_profile_bench_errors_and_peak(db_engine, peak: float | None) -> None:
+    model_id, workload_id = _seed(db_engine, peak=peak)
+    with Session(db_engine) as session:
+        view = layer_page(session, session.get(ModelRow, model_id), None)
+        [overview] = models_overview(session, offset=0, limit=10)
+        detail = layer_detail(session, workload_id, per_page=3)
+    [row] = view["rows"]
+    assert (row["trials"], row["build_errors"], row["run_errors"]) == (4, 1, 1)
+    assert row["best_gflops"] == pytest.approx(200.0)
+    assert row["pct_peak"] == (pytest.approx(200.0) if peak else None)
+    assert row["ort_ms"] == 0.010 and row["share"] == 1.0 and view["profiled"]
+    split = {t["name"]: t["y"] for t in view["time_split"]["traces"]}
+    assert split["Conv fused_conv"] == [None, 0.012, 0.010]
+    assert split["(onnxruntime: other nodes)"] == [None, None, 0.002]
+    assert split["whole model (untuned, bench)"] == [0.5, None, None]
+    assert (overview["best_ms"], overview["vs_ort"], overview["workloads"]) == (0.02, 1.1, 1)
+    assert detail["trial_count"] == 4 and detail["failed_count"] == 2
+    assert detail["scatter"]["failed"] == [False, True, False, True]
+    assert detail["best_curve"]["gflops"] == pytest.approx([100.0, 200.0, 200.0])
+    assert detail["table"]["pages"] == 2 and len(detail["table"]["rows"]) == 3
+    assert detail["roofline"]["peak_gflops"] == peak

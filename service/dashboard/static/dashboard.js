@@ -77,7 +77,7 @@ const convtune = (() => {
   // Fill the page from a fresh layers.json without reloading it.
   function applyView(view) {
     document.getElementById("trials-done").textContent = view.trials_done;
-    document.getElementById("trials-budget").textContent = view.trials_budget;
+    document.getElementById("trials-budget").textContent = view.trials_budget === null ? DASH : view.trials_budget;
     const status = document.getElementById("job-status");
     if (status && view.job) {
       status.textContent = view.job.status;
