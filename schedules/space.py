@@ -10,14 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule import Mutator, Postproc, ScheduleRule
 from tvm.s_tir.meta_schedule.schedule_rule import (
     MultiLevelTiling,
     ParallelizeVectorizeUnroll,
     ReuseType,
 )
-from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
+from tvm.s_tir.meta_schedule.space_generator import (
+    PostOrderApply,
+    SpaceGenerator,
+    SpaceGeneratorUnion,
+)
 from tvm.target import Target, codegen
+
+from .nchwc_conv import blocked_conv_space, is_blocked_conv
 
 
 def vector_lanes(target: Target) -> int:
@@ -82,3 +89,13 @@ def _parallel_vectorize_unroll(config: SpaceConfig, lanes: int) -> ScheduleRule:
         unroll_max_steps=list(config.unroll_steps),
         unroll_explicit=True,
     )
+
+
+def task_space(mod: IRModule, target: Target, config: SpaceConfig | None = None) -> SpaceGenerator:
+    """The space searched for one task: for a blocked convolution, ours and the generic one
+    together (the cost model ranks candidates of both; the faster measured one wins); else the
+    generic one."""
+    generic = generic_space(target, config)
+    if not is_blocked_conv(mod):
+        return generic
+    return SpaceGeneratorUnion([generic, blocked_conv_space()])

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import XGBModel
@@ -30,10 +31,12 @@ from tvm.s_tir.meta_schedule.search_strategy import (
     PySearchStrategy,
     SearchStrategy,
 )
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.space import SpaceConfig, generic_space
+from convtune.schedules.nchwc_conv import blocked_conv_space, is_blocked_conv, space_of
+from convtune.schedules.space import SpaceConfig, task_space
 
 from .builder import CandidateBuilder
 from .extract import ModelTask
@@ -42,6 +45,8 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 # Elementwise and pooling tasks have small spaces that converge in a few trials.
 OTHER_TASK_TRIALS = 8
+# Trials of the register-blocked space alone before the full search (it has ~2-8 candidates).
+REGBLOCK_TRIALS = 8
 # A trial's timing: enough repeats to be stable on a shared machine, without dominating the
 # search (candidate compilation takes ~1.5 s; one measurement should take well under that).
 EVALUATOR = EvaluatorConfig(number=3, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
@@ -112,6 +117,8 @@ class TrialBudget:
         self.should_stop = should_stop
         self.result = result
         self.counts = list(plan.done_before)
+        # Optional lower limits for one search pass: task index -> total trials allowed.
+        self.caps: dict[int, int] | None = None
 
     def allowance(self, index: int) -> int:
         reason = self.stop_reason()
@@ -119,7 +126,10 @@ class TrialBudget:
             self.result.stopped_early = True
             self.result.reason = reason
             return 0
-        return max(0, self.plan.budgets[index] - self.counts[index])
+        limit = self.plan.budgets[index]
+        if self.caps is not None:
+            limit = min(limit, self.caps.get(index, 0))
+        return max(0, limit - self.counts[index])
 
     def stop_reason(self) -> str:
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -216,14 +226,15 @@ class RecordTrials(PyMeasureCallback):
             error = built.error_msg or ran.error_msg
             errors += bool(error)
             run_secs = None if error or ran.run_secs is None else [float(s) for s in ran.run_secs]
+            trace_json = candidate.sch.trace.as_json()
             self.database.record_trial(
                 wid,
-                trace_json=candidate.sch.trace.as_json(),
+                trace_json=trace_json,
                 run_secs=run_secs,
                 args_info_json=[arg.as_json() for arg in candidate.args_info],
                 error=_first_lines(error) if error else None,
                 trial_index=self.budget.counts[index],
-                space=self.space,
+                space=space_of(str(trace_json), self.space),
                 job_id=self.job_id,
                 flops=task.flops,
             )
@@ -313,16 +324,74 @@ def run_search(
     config = space or SpaceConfig()
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
-    seeds = ms.utils.fork_seed(seed, n=len(active))
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
     budget = TrialBudget(plan, deadline, should_stop, result)
+    # Pass 1: our register-blocked space alone on blocked convolutions. It has a handful of
+    # candidates per layer and they are usually the fastest, but in a union with the generic
+    # space's far larger population the search rarely samples them.
+    seeded = [i for i in active if is_blocked_conv(plan.tasks[i].mod)]
+    if seeded:
+        budget.caps = {
+            i: plan.done_before[i] + min(REGBLOCK_TRIALS, plan.remaining(i)) for i in seeded
+        }
+        _search_pass(
+            plan,
+            seeded,
+            budget,
+            lambda mod: blocked_conv_space(),
+            database,
+            target,
+            threads=threads,
+            seed=seed,
+            job_id=job_id,
+            space_name=config.name,
+            on_event=on_event,
+        )
+        budget.caps = None
+    # Pass 2: every task with budget left, in its full space (for blocked convolutions the union
+    # of ours and the generic one, started from the best records of pass 1).
+    rest = [i for i in active if budget.allowance(i) > 0]
+    if rest:
+        _search_pass(
+            plan,
+            rest,
+            budget,
+            lambda mod: task_space(mod, target, config),
+            database,
+            target,
+            threads=threads,
+            seed=seed,
+            job_id=job_id,
+            space_name=config.name,
+            on_event=on_event,
+        )
+    return result
+
+
+def _search_pass(
+    plan: SearchPlan,
+    active: list[int],
+    budget: TrialBudget,
+    space_for: Callable[[IRModule], SpaceGenerator],
+    database: SQLDatabase,
+    target: Target,
+    *,
+    threads: int,
+    seed: int,
+    job_id: int | None,
+    space_name: str,
+    on_event: EventSink | None,
+) -> None:
+    """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``."""
+    remaining = [budget.allowance(i) for i in active]
+    seeds = ms.utils.fork_seed(seed, n=len(active))
     with tempfile.TemporaryDirectory(prefix="convtune-search-") as work_dir:
         contexts = [
             ms.TuneContext(
                 mod=plan.tasks[i].mod,
                 target=target,
-                space_generator=generic_space(target, config),
-                search_strategy=BudgetedSearch(evolutionary_search(trials_per_task), budget, i),
+                space_generator=space_for(plan.tasks[i].mod),
+                search_strategy=BudgetedSearch(evolutionary_search(max(remaining)), budget, i),
                 task_name=plan.tasks[i].name,
                 rand_state=rand_state,
                 num_threads=threads,
@@ -331,7 +400,7 @@ def run_search(
         ]
         cost_model = XGBModel(
             config=XGBConfig(seed=seed, nthread=threads),
-            num_warmup_samples=min(16, trials_per_task),
+            num_warmup_samples=min(16, max(remaining)),
             num_tuning_cores=threads,
             verbose_eval=0,
         )
@@ -339,9 +408,8 @@ def run_search(
         if on_event is not None and warm:
             on_event("cost_model_warm_start", {"records": warm})
         recorder = RecordTrials(
-            database, budget, active, space=config.name, job_id=job_id, on_event=on_event
+            database, budget, active, space=space_name, job_id=job_id, on_event=on_event
         )
-        remaining = [plan.remaining(i) for i in active]
         builder = CandidateBuilder(max_workers=threads)
         try:
             ms.tune_tasks(
@@ -364,4 +432,3 @@ def run_search(
             )
         finally:
             builder.shutdown()
-    return result

@@ -1,0 +1,93 @@
+"""Our space for blocked convolutions: a register-blocked direct conv2d_NCHWc (NeoCPU, ATC'19).
+
+The kernel every candidate of this space shares, for one output row segment:
+
+    for ic_outer, kh, kw, ic_inner (= one input channel block):
+        w = weights[oc_chunk, ic_outer, kh, kw, ic_inner, 0:x]       # one vector register
+        for j in 0 .. reg_n:                                         # unrolled
+            acc[j] += broadcast(input[ih(j, kh), iw(j, kw), ic_inner]) * w
+
+``acc`` is ``reg_n`` vector registers of ``x`` fp32 lanes (x = 16 on AVX-512), initialised and
+written back (with the fused bias / ReLU / residual epilogue) once per segment. The searched knobs
+are the register block ``reg_n`` on the output width and the order of the two outer spatial loops
+(tile sizes, recorded as decisions, so MetaSchedule's cost model ranks them and its mutator varies
+them). Everything else is fixed by the layout: the vector axis is the output-channel block, the
+reduction is split by the input-channel block, and output rows of all channel chunks run in
+parallel.
+"""
+
+from __future__ import annotations
+
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import ScheduleFn
+
+CONV_BLOCK = "conv2d_NCHWc"
+SPACE_NAME = "nchwc-regblock"
+# Recorded in every trace of this space, so a measured trial says which space produced it.
+SPACE_ANNOTATION = "convtune.space"
+# 32 zmm registers: accumulators + one weight vector + broadcasts.
+MAX_REGISTER_BLOCK = 28
+
+
+def is_blocked_conv(mod: IRModule) -> bool:
+    """Whether the task's function holds a conv2d_NCHWc block (legalized by schedules.layout)."""
+    sch = Schedule(mod)
+    return any(
+        sch.get(b).name_hint == CONV_BLOCK for b in sch.get_child_blocks(sch.get_sblock("root"))
+    )
+
+
+def schedule_blocked_conv(sch: Schedule) -> None:
+    """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place)."""
+    root = sch.get_sblock("root")
+    blocks = sch.get_child_blocks(root)
+    names = [sch.get(b).name_hint for b in blocks]
+    conv = blocks[names.index(CONV_BLOCK)]
+    sch.annotate(conv, SPACE_ANNOTATION, SPACE_NAME)
+    # The elementwise epilogue (bias, BN, ReLU, residual add) becomes one block after the conv.
+    epilogue = blocks[names.index(CONV_BLOCK) + 1 :]
+    for block in epilogue[:-1]:
+        sch.compute_inline(block)
+    output = epilogue[-1] if epilogue else None
+
+    _, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
+    lanes = int(sch.get(oc_block).extent)
+    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=MAX_REGISTER_BLOCK)
+    ow_outer, ow_inner = sch.split(ow, reg_n)
+    ic_outer, ic_inner = sch.split(ic, [None, lanes])
+    sch.reorder(oc_chunk, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, oc_block)
+    batch = sch.get_loops(conv)[0]
+    rows = sch.fuse(batch, oc_chunk, oh)
+    sch.parallel(rows)
+    sch.unroll(ow_inner)
+    sch.vectorize(oc_block)
+    if output is not None:
+        # The accumulators of one segment are consumed where they are produced: the intermediate
+        # buffer shrinks to reg_n x lanes and lives in registers.
+        # Unit loops are kept so every candidate has the same loop count whatever its tile sizes:
+        # MetaSchedule replays a trace with mutated decisions instruction by instruction.
+        sch.reverse_compute_at(output, ow_outer, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(output)[-1])
+    # The zero-fill of the accumulators happens once per segment, before the reduction; LLVM
+    # vectorises it (its loop count depends on the tile sizes, so it is not scheduled here).
+    sch.decompose_reduction(conv, ic_outer)
+    for block in blocks[: names.index(CONV_BLOCK)]:
+        _parallel_vectorize(sch, block)
+
+
+def _parallel_vectorize(sch: Schedule, block) -> None:  # type: ignore[no-untyped-def]
+    """Padding / layout copies before the conv: outer loops parallel, the channel block vector."""
+    loops = sch.get_loops(block)
+    if len(loops) >= 2:
+        sch.vectorize(loops[-1])
+        sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+
+
+def blocked_conv_space() -> ScheduleFn:
+    return ScheduleFn(schedule_blocked_conv, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+
+
+def space_of(trace_text: str, default: str) -> str:
+    """Which space a candidate came from, read off its trace."""
+    return SPACE_NAME if SPACE_ANNOTATION in trace_text else default
