@@ -23,7 +23,7 @@ def build_library(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     executable = ms.relax_integration.compile_relax(
-        database, relax_model.mod, target, relax_model.params
+        database, relax_model.mod, target, params=None
     )
     so_path = out_dir / LIBRARY_NAME
     # Written under a temporary name: a half-written library must never look like an artifact.

@@ -36,10 +36,9 @@ ANCHOR_OPS = {"Conv": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 
 @dataclass(frozen=True)
 class RelaxModel:
-    """The model as Relax, with its weights detached (bound at build time)."""
+    """The model as Relax, its weights embedded as constants (folded and packed at build time)."""
 
     mod: IRModule
-    params: dict[relax.Var, tvm.runtime.Tensor]
 
 
 @dataclass
@@ -105,16 +104,17 @@ def _dims(values: Sequence[int], sep: str = "x") -> str:
 def to_relax(ingested: IngestedModel) -> RelaxModel:
     """Convert with TVM's ONNX frontend; a converter failure names the op and node."""
     try:
-        mod = relax.frontend.onnx.from_onnx(ingested.model, keep_params_in_input=True)
+        mod = relax.frontend.onnx.from_onnx(ingested.model)
     except Exception as exc:  # the frontend raises bare Exceptions of many kinds
         raise UnsupportedOpError(
             f"the TVM ONNX frontend could not convert the model: {_first_line(exc)}"
         ) from None
-    mod, params = relax.frontend.detach_params(mod)
-    main = mod["main"]
-    num_inputs = int(main.attrs["num_input"])
-    bound = dict(zip(main.params[num_inputs:], params.get("main", []), strict=True))
-    return RelaxModel(mod=mod, params=bound)
+    # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
+    # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
+    # Folding the scaled weights to constants here also keeps ConvertLayout (schedules/layout.py)
+    # away from the weight arithmetic, which it cannot convert (it crashes).
+    folded = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+    return RelaxModel(mod=folded)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -127,7 +127,6 @@ def fuse(relax_model: RelaxModel) -> IRModule:
 
     ``extract_tasks`` alone does not legalize or fuse and would return no tasks.
     """
-    mod = relax.transform.BindParams("main", relax_model.params)(relax_model.mod)
     passes = tvm.transform.Sequential(
         [
             relax.transform.LegalizeOps(),
@@ -138,7 +137,7 @@ def fuse(relax_model: RelaxModel) -> IRModule:
         ]
     )
     with tvm.transform.PassContext(opt_level=3):
-        return passes(mod)
+        return passes(relax_model.mod)
 
 
 @dataclass(frozen=True)
@@ -245,8 +244,7 @@ def extract_tasks(
     """
     relax_model = to_relax(ingested)
     if layout == "nchwc":
-        bound = relax.transform.BindParams("main", relax_model.params)(relax_model.mod)
-        relax_model = RelaxModel(mod=blocked_layout(bound, target), params={})
+        relax_model = RelaxModel(mod=blocked_layout(relax_model.mod, target))
     elif layout != "nchw":
         raise ConvtuneError(f"unknown layout {layout!r}: use 'nchw' or 'nchwc'")
     fused = fuse(relax_model)
