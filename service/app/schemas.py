@@ -64,6 +64,9 @@ class JobCreate(BaseModel):
     threads: int | None = Field(default=None, ge=1, le=1024)
     seed: int = 0
     retune: bool = False
+    layout: Literal["nchw", "nchwc"] = Field(
+        default="nchw", description="nchwc: convolutions in the blocked NCHW[x]c layout"
+    )
 
 
 class LayerProgress(BaseModel):
