@@ -7,7 +7,7 @@ and reads. Functions take an open ``Session`` and commit only when they say so.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
@@ -53,10 +53,19 @@ def _model_workloads(session: Session, model_id: int) -> Sequence[ModelWorkloadR
     ).all()
 
 
-def _record_stats(
+class RecordStats(NamedTuple):
+    trials: int  # failed ones included
+    best_gflops: float | None
+    best_ms: float | None
+
+
+NO_RECORDS = RecordStats(0, None, None)
+
+
+def record_stats(
     session: Session, workload_ids: Iterable[int | None], job_id: int | None = None
-) -> dict[int, tuple[int, float | None]]:
-    """workload id → (trials, failed ones included; best GFLOP/s); only ``job_id``'s if given."""
+) -> dict[int, RecordStats]:
+    """workload id → trials and best figures; only ``job_id``'s trials if given."""
     ids = sorted({i for i in workload_ids if i is not None})
     if not ids:
         return {}
@@ -65,13 +74,17 @@ def _record_stats(
             TuningRecordRow.workload_id,
             func.count(TuningRecordRow.id),
             func.max(TuningRecordRow.gflops),
+            func.min(TuningRecordRow.mean_sec),
         )
         .where(TuningRecordRow.workload_id.in_(ids))
         .group_by(TuningRecordRow.workload_id)
     )
     if job_id is not None:
         query = query.where(TuningRecordRow.job_id == job_id)
-    return {wid: (count, best) for wid, count, best in session.execute(query)}
+    return {
+        wid: RecordStats(count, best, sec * 1e3 if sec is not None else None)
+        for wid, count, best, sec in session.execute(query)
+    }
 
 
 def model_summary(model: ModelRow) -> ModelSummary:
@@ -80,10 +93,10 @@ def model_summary(model: ModelRow) -> ModelSummary:
 
 def model_out(session: Session, model: ModelRow) -> ModelOut:
     rows = _model_workloads(session, model.id)
-    stats = _record_stats(session, (r.workload_id for r in rows))
+    stats = record_stats(session, (r.workload_id for r in rows))
     workloads = []
     for row in rows:
-        trials, best = stats.get(row.workload_id or -1, (0, None))
+        trials, best, _ = stats.get(row.workload_id or -1, NO_RECORDS)
         workloads.append(
             WorkloadOut(
                 position=row.position,
@@ -174,8 +187,8 @@ def job_out(session: Session, job: JobRow) -> JobOut:
     """
     rows = _model_workloads(session, job.model_id)
     workload_ids = [r.workload_id for r in rows]
-    mine = _record_stats(session, workload_ids, job_id=job.id)
-    overall = _record_stats(session, workload_ids)
+    mine = record_stats(session, workload_ids, job_id=job.id)
+    overall = record_stats(session, workload_ids)
     per_task = int(job.options.get("trials_per_task") or 0)
     progress = []
     # Layers sharing one workload are tuned once: totals count each workload once.
@@ -183,7 +196,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
     for row in rows:
         key = row.workload_id if row.workload_id is not None else -1
         budget = task_budget(row.kind, per_task)
-        trials, best = overall.get(key, (0, None))
+        trials, best, _ = overall.get(key, NO_RECORDS)
         progress.append(
             LayerProgress(
                 position=row.position,
@@ -192,7 +205,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
                 kind=row.kind,
                 onnx_nodes=row.onnx_nodes,
                 trials=trials,
-                trials_this_job=mine.get(key, (0, None))[0],
+                trials_this_job=mine.get(key, NO_RECORDS).trials,
                 budget=budget,
                 best_gflops=best,
             )
@@ -214,7 +227,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
         finished_at=job.finished_at,
         error=job.error,
         artifact_id=job.artifact_id,
-        trials_done=sum(min(overall.get(w, (0, None))[0], b) for w, b in budgets.items()),
+        trials_done=sum(min(overall.get(w, NO_RECORDS).trials, b) for w, b in budgets.items()),
         trials_budget=sum(budgets.values()),
         progress=progress,
     )

@@ -24,6 +24,7 @@ from convtune.db.models import (
 from convtune.tuner.search import task_budget
 
 from ..app.core.errors import not_found
+from ..app.crud import NO_RECORDS, RecordStats, record_stats
 from . import series
 from .traces import summarize_trace
 
@@ -140,26 +141,6 @@ def _error_counts(session: Session, workload_ids: list[int]) -> dict[int, tuple[
     return {wid: (int(b or 0), int(r or 0)) for wid, b, r in session.execute(query)}
 
 
-def _record_stats(session: Session, workload_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """workload id → trials (all jobs, failures included), best GFLOP/s and best ms."""
-    if not workload_ids:
-        return {}
-    query = (
-        select(
-            TuningRecordRow.workload_id,
-            func.count(TuningRecordRow.id),
-            func.max(TuningRecordRow.gflops),
-            func.min(TuningRecordRow.mean_sec),
-        )
-        .where(TuningRecordRow.workload_id.in_(workload_ids))
-        .group_by(TuningRecordRow.workload_id)
-    )
-    return {
-        wid: {"trials": n, "best_gflops": g, "best_ms": s * 1e3 if s is not None else None}
-        for wid, n, g, s in session.execute(query)
-    }
-
-
 def _profile_by_task(artifact: ArtifactRow | None) -> dict[str, dict[str, Any]]:
     profile = artifact.profile if artifact is not None else None
     if not isinstance(profile, list):
@@ -190,7 +171,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
         .order_by(ModelWorkloadRow.position, ModelWorkloadRow.id)
     ).all()
     ids = sorted({m.workload_id for m in mws if m.workload_id is not None})
-    stats = _record_stats(session, ids)
+    stats = record_stats(session, ids)
     errors = _error_counts(session, ids)
     profile = _profile_by_task(artifact)
     rows = [_layer_row(mw, stats, errors, profile, per_task, peak) for mw in mws]
@@ -227,18 +208,17 @@ def _job_view(job: JobRow | None) -> dict[str, Any] | None:
 
 def _layer_row(
     mw: ModelWorkloadRow,
-    stats: dict[int, dict[str, Any]],
+    stats: dict[int, RecordStats],
     errors: dict[int, tuple[int, int]],
     profile: dict[str, dict[str, Any]],
     per_task: int,
     peak: float | None,
 ) -> dict[str, Any]:
     wid = mw.workload_id
-    stat = stats.get(wid, {}) if wid is not None else {}
+    stat = stats.get(wid, NO_RECORDS) if wid is not None else NO_RECORDS
     task = str(mw.description.get("task", ""))
     prof = profile.get(task, {})
-    best = stat.get("best_gflops")
-    best_ms = stat.get("best_ms")
+    best, best_ms = stat.best_gflops, stat.best_ms
     return {
         "position": mw.position,
         "workload_id": wid,
@@ -249,7 +229,7 @@ def _layer_row(
         "shape": str(mw.description.get("shape", "")),
         "flops": mw.flops,
         "occurrences": mw.occurrences,
-        "trials": stat.get("trials", 0),
+        "trials": stat.trials,
         "budget": task_budget(mw.kind, per_task) if per_task else None,
         "best_gflops": best,
         "pct_peak": 100.0 * best / peak if best and peak else None,
