@@ -14,6 +14,7 @@ install: $(BIN)/convtune
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
 	$(BIN)/python -m pytest -q -x --durations=15 tests
 
 lint: install

@@ -21,6 +21,7 @@ from __future__ import annotations
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn
+from tvm.s_tir.schedule import SBlockRV
 
 CONV_BLOCK = "conv2d_NCHWc"
 SPACE_NAME = "nchwc-regblock"
@@ -76,7 +77,7 @@ def schedule_blocked_conv(sch: Schedule) -> None:
         _parallel_vectorize(sch, block)
 
 
-def _parallel_vectorize(sch: Schedule, block) -> None:  # type: ignore[no-untyped-def]
+def _parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:
     """Padding / layout copies before the conv: outer loops parallel, the channel block vector."""
     loops = sch.get_loops(block)
     if len(loops) >= 2:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ class Artifact:
         out = self.vm["main"](*self._args(feeds))
         return _to_numpy(out)
 
-    def runner(self, feeds: Mapping[str, np.ndarray]):  # type: ignore[no-untyped-def]
+    def runner(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
         """A zero-argument callable running the model on ``feeds`` (inputs copied once)."""
         args = self._args(feeds)
         main = self.vm["main"]

@@ -20,9 +20,11 @@ from typing import Any
 
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.cost_model import XGBModel
+from tvm.s_tir.meta_schedule.cost_model import CostModel, XGBModel
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
+from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import (
@@ -156,8 +158,13 @@ class BudgetedSearch(PySearchStrategy):
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.inner._initialize_with_tune_context(context)
 
-    def pre_tuning(  # type: ignore[no-untyped-def]
-        self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
+    def pre_tuning(
+        self,
+        max_trials: int,
+        num_trials_per_iter: int,
+        design_spaces: list[Schedule],
+        database: Database | None = None,
+        cost_model: CostModel | None = None,
     ) -> None:
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
@@ -179,7 +186,7 @@ class BudgetedSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> SearchStrategy:
-        return BudgetedSearch(self.inner.clone(), self.budget, self.index)  # type: ignore[return-value]
+        return BudgetedSearch(self.inner.clone(), self.budget, self.index)
 
 
 @derived_object

@@ -30,12 +30,12 @@ def parse_target_spec(text: str | None) -> dict[str, Any]:
     text = text.strip()
     if text.startswith("{"):
         try:
-            spec = json.loads(text)
+            parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConvtuneError(f"target is not valid JSON: {exc.msg}") from None
-        if not isinstance(spec, dict) or "kind" not in spec:
+        if not isinstance(parsed, dict) or "kind" not in parsed:
             raise ConvtuneError('a JSON target needs a "kind", e.g. {"kind": "llvm"}')
-        return spec
+        return parsed
     words = shlex.split(text)
     kind, options = words[0], words[1:]
     if kind != "llvm":

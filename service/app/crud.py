@@ -216,7 +216,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
         id=job.id,
         model_id=job.model_id,
         target_id=job.target_id,
-        status=job.status,  # type: ignore[arg-type]
+        status=job.status,
         options=job.options,
         worker_id=job.worker_id,
         attempts=job.attempts,

@@ -13,9 +13,9 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, Update, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from convtune.db.models import JobEventRow, JobRow, utcnow
@@ -26,6 +26,11 @@ from .schemas import TERMINAL_STATUSES
 log = logging.getLogger(__name__)
 
 SessionFactory = sessionmaker[Session]
+
+
+def _changed(session: Session, statement: Update) -> int:
+    """Rows a conditional UPDATE changed: how every state change here checks it won the race."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount
 
 
 def _jsonable(payload: dict[str, Any] | None) -> dict[str, Any]:
@@ -69,7 +74,8 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
                 session.rollback()
                 return None
             now = utcnow()
-            claimed = session.execute(
+            claimed = _changed(
+                session,
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.status == "queued")
                 .values(
@@ -79,8 +85,8 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
                     heartbeat_at=now,
                     finished_at=None,
                     error=None,
-                )
-            ).rowcount
+                ),
+            )
             if claimed != 1:
                 session.rollback()
                 continue
@@ -101,11 +107,12 @@ class Beat:
 def heartbeat(factory: SessionFactory, job_id: int, worker_id: str) -> Beat:
     """Refresh the job's ``heartbeat_at`` if ``worker_id`` still owns it while running."""
     with factory() as session:
-        owned = session.execute(
+        owned = _changed(
+            session,
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
-            .values(heartbeat_at=utcnow())
-        ).rowcount
+            .values(heartbeat_at=utcnow()),
+        )
         session.commit()
         if owned != 1:
             return Beat(alive=False, cancel_requested=False)
@@ -144,13 +151,14 @@ def requeue_stale(
             else:
                 values["status"] = "queued"
                 kind = "requeued"
-            done = session.execute(
+            done = _changed(
+                session,
                 update(JobRow)
                 .where(
                     JobRow.id == job_id, JobRow.status == "running", JobRow.heartbeat_at < cutoff
                 )
-                .values(**values)
-            ).rowcount
+                .values(**values),
+            )
             if done == 1:
                 append_event(session, job_id, kind, payload)
                 moved.append(job_id)
@@ -172,11 +180,12 @@ def finish(
     """End a job this worker owns (terminal ``status``); False if it was taken from us meanwhile."""
     assert status in TERMINAL_STATUSES
     with factory() as session:
-        done = session.execute(
+        done = _changed(
+            session,
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
-            .values(status=status, error=error, artifact_id=artifact_id, finished_at=utcnow())
-        ).rowcount
+            .values(status=status, error=error, artifact_id=artifact_id, finished_at=utcnow()),
+        )
         if done == 1:
             body = dict(payload or {})
             if error is not None:
@@ -191,11 +200,12 @@ def finish(
 def release(factory: SessionFactory, job_id: int, worker_id: str, reason: str) -> bool:
     """Give a job back to the queue (worker shutting down); no attempt is counted."""
     with factory() as session:
-        done = session.execute(
+        done = _changed(
+            session,
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
-            .values(status="queued", worker_id=None)
-        ).rowcount
+            .values(status="queued", worker_id=None),
+        )
         if done == 1:
             append_event(session, job_id, "released", {"worker_id": worker_id, "reason": reason})
         session.commit()
@@ -208,20 +218,22 @@ def request_cancel(session: Session, job_id: int) -> None:
     Raises 409 for a job that already ended. Commits.
     """
     now = utcnow()
-    cancelled = session.execute(
+    cancelled = _changed(
+        session,
         update(JobRow)
         .where(JobRow.id == job_id, JobRow.status == "queued")
-        .values(status="cancelled", cancel_requested=True, finished_at=now)
-    ).rowcount
+        .values(status="cancelled", cancel_requested=True, finished_at=now),
+    )
     if cancelled == 1:
         append_event(session, job_id, "cancelled", {"while": "queued"})
         session.commit()
         return
-    flagged = session.execute(
+    flagged = _changed(
+        session,
         update(JobRow)
         .where(JobRow.id == job_id, JobRow.status == "running")
-        .values(cancel_requested=True)
-    ).rowcount
+        .values(cancel_requested=True),
+    )
     if flagged == 1:
         append_event(session, job_id, "cancel_requested", {})
         session.commit()

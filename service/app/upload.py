@@ -150,7 +150,7 @@ async def stream_upload(
     try:
         with os.fdopen(fd, "wb") as out:
             collector = _Collector(out, file_field, max_bytes)
-            parser = MultipartParser(params[b"boundary"], collector.callbacks())
+            parser = MultipartParser(params[b"boundary"], collector.callbacks())  # type: ignore[arg-type]
             async for chunk in body:
                 parser.write(chunk)
             parser.finalize()

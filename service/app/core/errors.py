@@ -89,7 +89,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else _code_for_status(exc.status_code)
-        return _response(exc.status_code, _code_for_status(exc.status_code), message, exc.headers)
+        headers = dict(exc.headers) if exc.headers else None
+        return _response(exc.status_code, _code_for_status(exc.status_code), message, headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
