@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
+from .bench import ort_session
 from .errors import VerificationError
 from .ingest import IngestedModel, TensorSpec
 from .runtime import Artifact
@@ -43,12 +43,7 @@ def random_feeds(inputs: tuple[TensorSpec, ...], seed: int = 0) -> dict[str, np.
 def reference_outputs(
     ingested: IngestedModel, feeds: dict[str, np.ndarray], threads: int
 ) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(
-        ingested.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort_session(ingested.model.SerializeToString(), threads)
     return [np.asarray(x) for x in session.run(None, feeds)]
 
 
