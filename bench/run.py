@@ -206,7 +206,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=None, help="Default: the target's cores.")
     parser.add_argument("--target", default=None, help="Default: this host.")
-    parser.add_argument("--layout", default="nchw", choices=["nchw", "nchwc"])
+    parser.add_argument("--layout", default="nchwc", choices=["nchw", "nchwc"])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--skip-untuned", action="store_true", help="No untuned TVM baseline.")
     parser.add_argument("--db", default=None, help="Database URL (default: the data dir's).")

@@ -139,7 +139,7 @@ def tune(
     retune: Annotated[bool, typer.Option(help="Search again workloads tuned before.")] = False,
     layout: Annotated[
         str, typer.Option(help="nchw, or nchwc: convolutions in the blocked NCHW[x]c layout.")
-    ] = "nchw",
+    ] = "nchwc",
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
     db: DbOption = None,

@@ -45,6 +45,8 @@ ThreadsOption = Annotated[
     int | None,
     typer.Option(min=1, help="Threads for every contender (default: the artifact's, else cores)."),
 ]
+
+
 def peak_table(result: PeakResult) -> Table:
     """The peak as a two-column table (also what the dashboard's text export shows)."""
     table = Table(title="fp32 peak (FMA microbenchmark)")
@@ -285,7 +287,7 @@ def profile(
             threads=n_threads,
             peak_gflops=peak_gflops,
             runs=runs,
-            layout=load_manifest(artifact).get("layout", "nchw") if artifact else "nchw",
+            layout=load_manifest(artifact).get("layout", "nchw") if artifact else "nchwc",
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:

@@ -199,7 +199,7 @@ class Worker:
             threads=options.get("threads"),
             seed=int(options.get("seed", 0)),
             retune=bool(options.get("retune", False)),
-            layout=str(options.get("layout", "nchw")),
+            layout=str(options.get("layout", "nchwc")),
         )
 
         def on_event(kind: str, payload: dict[str, Any]) -> None:

@@ -22,9 +22,7 @@ def build_library(
     (``untuned``) in the manifest instead of hiding them.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    executable = ms.relax_integration.compile_relax(
-        database, relax_model.mod, target, params=None
-    )
+    executable = ms.relax_integration.compile_relax(database, relax_model.mod, target, params=None)
     so_path = out_dir / LIBRARY_NAME
     # Written under a temporary name: a half-written library must never look like an artifact.
     partial = out_dir / f".{LIBRARY_NAME}.partial.so"

@@ -235,18 +235,22 @@ def _onnx_anchor(
     return None
 
 
-def extract_tasks(
-    ingested: IngestedModel, target: Target, layout: str = "nchw"
-) -> tuple[RelaxModel, list[ModelTask]]:
-    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover.
-
-    ``layout="nchwc"`` first converts the convolutions to the blocked layout (schedules/layout.py).
-    """
+def model_for_target(ingested: IngestedModel, target: Target, layout: str = "nchwc") -> RelaxModel:
+    """The Relax model convtune compiles: converted, BN folded, and with ``layout="nchwc"`` its
+    convolutions in the blocked layout (schedules/layout.py)."""
     relax_model = to_relax(ingested)
     if layout == "nchwc":
-        relax_model = RelaxModel(mod=blocked_layout(relax_model.mod, target))
-    elif layout != "nchw":
+        return RelaxModel(mod=blocked_layout(relax_model.mod, target))
+    if layout != "nchw":
         raise ConvtuneError(f"unknown layout {layout!r}: use 'nchw' or 'nchwc'")
+    return relax_model
+
+
+def extract_tasks(
+    ingested: IngestedModel, target: Target, layout: str = "nchwc"
+) -> tuple[RelaxModel, list[ModelTask]]:
+    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
+    relax_model = model_for_target(ingested, target, layout)
     fused = fuse(relax_model)
     extracted = ms.relax_integration.extract_tasks(fused, target)
     tasks: list[ModelTask] = []

@@ -36,8 +36,8 @@ class TuneOptions:
     threads: int | None = None
     seed: int = 0
     retune: bool = False
-    # "nchw", or "nchwc": convolutions in the blocked NCHW[x]c layout (schedules/layout.py).
-    layout: str = "nchw"
+    # "nchwc": convolutions in the blocked NCHW[x]c layout (schedules/layout.py); or "nchw".
+    layout: str = "nchwc"
 
 
 @dataclass
@@ -66,7 +66,7 @@ def prepare_model(
     engine: Engine,
     target: str | None,
     stored_path: str | None,
-    layout: str = "nchw",
+    layout: str = "nchwc",
 ) -> PreparedModel:
     tvm_target = make_target(target)
     relax_model, tasks = extract_tasks(ingested, tvm_target, layout)

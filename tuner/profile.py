@@ -252,7 +252,7 @@ def profile_model(
     threads: int,
     peak_gflops: float,
     runs: int = 5,
-    layout: str = "nchw",
+    layout: str = "nchwc",
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 

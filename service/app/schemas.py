@@ -65,7 +65,7 @@ class JobCreate(BaseModel):
     seed: int = 0
     retune: bool = False
     layout: Literal["nchw", "nchwc"] = Field(
-        default="nchw", description="nchwc: convolutions in the blocked NCHW[x]c layout"
+        default="nchwc", description="nchwc: convolutions in the blocked NCHW[x]c layout"
     )
 
 

@@ -122,11 +122,12 @@ def _ingest(case: Case) -> tuple[onnx.ModelProto, IngestedModel]:
     return model, load_model(models.to_bytes(model), case.shapes or None)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
 @pytest.mark.parametrize("name", CASES)
-def test_untuned_build_matches_onnxruntime(name: str, target, tmp_path: Path) -> None:
+def test_untuned_build_matches_onnxruntime(name: str, layout: str, target, tmp_path: Path) -> None:
     original, ingested = _ingest(CASES[name])
     feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=1)
-    so_path = compile_untuned(ingested, target, tmp_path)
+    so_path = compile_untuned(ingested, target, tmp_path, layout)
     ours = Artifact.load(so_path, [s.name for s in ingested.inputs]).run(feeds)
     # The reference runs the model as written (dynamic dims included), not our pinned copy.
     reference = [np.asarray(x) for x in models.run_onnxruntime(original, feeds)]
@@ -171,10 +172,11 @@ def _tasks_of(name: str, tasks: list[ModelTask]) -> list[ModelTask]:
     return [task for task in tasks if name in task.onnx_nodes]
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
 @pytest.mark.parametrize("name", CASES)
-def test_anchor_nodes_link_to_one_task(name: str, target) -> None:
+def test_anchor_nodes_link_to_one_task(name: str, layout: str, target) -> None:
     _, ingested = _ingest(CASES[name])
-    _, tasks = extract_tasks(ingested, target)
+    _, tasks = extract_tasks(ingested, target, layout)
     shapes = static_shapes(ingested.model)
     anchors = [n for n in ingested.model.graph.node if n.op_type in ANCHOR_OPS]
     for node in anchors:
