@@ -345,11 +345,14 @@ class SQLDatabase(PyDatabase):
         rows = self._top_rows(workload_id, 1)
         return rows[0] if rows else None
 
-    def count_trials(self, workload_id: int) -> int:
-        """Number of records of ``workload_id``, failed trials included."""
+    def count_trials(self, workload_id: int, space: str | None = None) -> int:
+        """Number of records of ``workload_id``, failed trials included; only ``space``'s if
+        given."""
         query = select(func.count(TuningRecordRow.id)).where(
             TuningRecordRow.workload_id == workload_id
         )
+        if space is not None:
+            query = query.where(TuningRecordRow.space == space)
         with self._sessions() as session:
             return int(session.scalar(query) or 0)
 

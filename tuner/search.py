@@ -37,7 +37,12 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.nchwc_conv import blocked_conv_space, is_blocked_conv, space_of
+from convtune.schedules.nchwc_conv import (
+    SPACE_NAME,
+    blocked_conv_space,
+    is_blocked_conv,
+    space_of,
+)
 from convtune.schedules.space import SpaceConfig, task_space
 
 from .builder import CandidateBuilder
@@ -336,7 +341,13 @@ def run_search(
     # Pass 1: our register-blocked space alone on blocked convolutions. It has a handful of
     # candidates per layer and they are usually the fastest, but in a union with the generic
     # space's far larger population the search rarely samples them.
-    seeded = [i for i in active if is_blocked_conv(plan.tasks[i].mod)]
+    # A task resumed or tuned before already had its pass 1.
+    seeded = [
+        i
+        for i in active
+        if is_blocked_conv(plan.tasks[i].mod)
+        and database.count_trials(plan.workload_ids[i], SPACE_NAME) == 0
+    ]
     if seeded:
         budget.caps = {
             i: plan.done_before[i] + min(REGBLOCK_TRIALS, plan.remaining(i)) for i in seeded
