@@ -46,6 +46,11 @@ def to_plain(obj: Any) -> Any:
     raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
 
 
+def trace_key(trace_json: Any) -> str:
+    """A schedule's identity: its trace (instructions and sampling decisions) as canonical JSON."""
+    return json.dumps(to_plain(trace_json), sort_keys=True, separators=(",", ":"))
+
+
 def target_key(target: Target) -> str:
     """The identity of a target in the ``targets`` table: its exported config as sorted JSON."""
     return json.dumps(to_plain(target.export()), sort_keys=True, separators=(",", ":"))
@@ -355,6 +360,12 @@ class SQLDatabase(PyDatabase):
             query = query.where(TuningRecordRow.space == space)
         with self._sessions() as session:
             return int(session.scalar(query) or 0)
+
+    def trace_keys(self, workload_id: int) -> set[str]:
+        """``trace_key`` of every schedule measured for ``workload_id`` (to never measure twice)."""
+        query = select(TuningRecordRow.trace).where(TuningRecordRow.workload_id == workload_id)
+        with self._sessions() as session:
+            return {trace_key(trace) for trace in session.scalars(query)}
 
     def _target_records(self) -> Select[TuningRecordRow]:
         return (

@@ -36,7 +36,7 @@ from tvm.s_tir.meta_schedule.search_strategy import (
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
-from convtune.db.ms_database import SQLDatabase
+from convtune.db.ms_database import SQLDatabase, trace_key
 from convtune.schedules.nchwc_conv import (
     SPACE_NAME,
     blocked_conv_space,
@@ -115,15 +115,19 @@ class TrialBudget:
     def __init__(
         self,
         plan: SearchPlan,
+        database: SQLDatabase,
         deadline: float | None,
         should_stop: Callable[[], bool] | None,
         result: SearchResult,
     ) -> None:
         self.plan = plan
+        self.database = database
         self.deadline = deadline
         self.should_stop = should_stop
         self.result = result
         self.counts = list(plan.done_before)
+        # trace_key of every schedule measured or in flight, per task index (loaded on first use).
+        self.seen: dict[int, set[str]] = {}
         # Optional lower limits for one search pass: task index -> total trials allowed.
         self.caps: dict[int, int] | None = None
 
@@ -137,6 +141,11 @@ class TrialBudget:
         if self.caps is not None:
             limit = min(limit, self.caps.get(index, 0))
         return max(0, limit - self.counts[index])
+
+    def measured(self, index: int) -> set[str]:
+        if index not in self.seen:
+            self.seen[index] = self.database.trace_keys(self.plan.workload_ids[index])
+        return self.seen[index]
 
     def stop_reason(self) -> str:
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -183,7 +192,17 @@ class BudgetedSearch(PySearchStrategy):
         candidates = self.inner.generate_measure_candidates()
         if not candidates:
             return None
-        return list(candidates)[:allowed]
+        # MetaSchedule's search only avoids re-measuring within one run, and a small space
+        # (ours has a handful of schedules per layer) yields the same candidates again and again:
+        # a schedule measured before, by this run or any earlier one, is never measured again.
+        seen = self.budget.measured(self.index)
+        fresh: list[MeasureCandidate] = []
+        for candidate in candidates:
+            key = trace_key(candidate.sch.trace.as_json())
+            if key not in seen and len(fresh) < allowed:
+                seen.add(key)
+                fresh.append(candidate)
+        return fresh or None
 
     def notify_runner_results(
         self, measure_candidates: list[MeasureCandidate], results: list[RunnerResult]
@@ -337,7 +356,7 @@ def run_search(
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
-    budget = TrialBudget(plan, deadline, should_stop, result)
+    budget = TrialBudget(plan, database, deadline, should_stop, result)
     # Pass 1: our register-blocked space alone on blocked convolutions. It has a handful of
     # candidates per layer and they are usually the fastest, but in a union with the generic
     # space's far larger population the search rarely samples them.

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from convtune.db.migrate import upgrade
 from convtune.db.models import ArtifactRow, ModelWorkloadRow, TuningRecordRow, WorkloadRow
+from convtune.db.ms_database import trace_key
 from convtune.db.session import make_engine
 from convtune.tuner.bench import interleaved
 from convtune.tuner.compile import compile_untuned
@@ -159,6 +160,13 @@ def test_killed_tuning_resumes_from_the_database(tmp_path):
     assert sum(map(len, after.values())) > recorded_before
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["search"]["trials_measured"] == sum(map(len, after.values())) - recorded_before
+    # No schedule was measured twice, across the kill and the resumed run.
+    engine = make_engine(url)
+    with Session(engine) as session:
+        rows = session.execute(select(TuningRecordRow.workload_id, TuningRecordRow.trace)).all()
+    engine.dispose()
+    keys = [(wid, trace_key(trace)) for wid, trace in rows]
+    assert len(keys) == len(set(keys))
 
 
 def test_workload_tuned_by_another_model_is_not_searched_again(tmp_path, db_engine):
