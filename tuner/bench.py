@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,11 +167,14 @@ def ort_session(
 TUNED, UNTUNED, ORT = "tuned", "untuned", "onnxruntime"
 
 
-def untuned_library(ingested: IngestedModel, target: Target, cache_root: Path) -> Path:
+def untuned_library(
+    ingested: IngestedModel, target: Target, cache_root: Path, layout: str = "nchwc"
+) -> Path:
     """The untuned TVM build of ``ingested`` for ``target``, compiled once and cached.
 
-    The cache key covers the model bytes (sha256), the pinned input specs and the target, so a
-    different ``--input-shape`` or target never reuses a stale library.
+    The cache key covers the model bytes (sha256), the pinned input specs, the target, the layout
+    and the convtune version, so a different ``--input-shape``, target or compile pipeline never
+    reuses a stale library.
     """
     from convtune.db.ms_database import target_key
 
@@ -178,12 +182,14 @@ def untuned_library(ingested: IngestedModel, target: Target, cache_root: Path) -
 
     specs = [(s.name, list(s.shape), s.dtype) for s in ingested.inputs]
     key = hashlib.sha256(
-        json.dumps([ingested.sha256, specs, target_key(target)]).encode()
+        json.dumps(
+            [ingested.sha256, specs, target_key(target), layout, version("convtune")]
+        ).encode()
     ).hexdigest()
     out_dir = cache_root / "untuned" / key[:24]
     so_path = out_dir / "model.so"
     if not so_path.is_file():
-        compile_untuned(ingested, target, out_dir)
+        compile_untuned(ingested, target, out_dir, layout)
     return so_path
 
 
