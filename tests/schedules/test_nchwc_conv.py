@@ -64,8 +64,10 @@ def test_scheduled_kernel_equals_the_unscheduled_one(name: str) -> None:
         sch = s_tir.Schedule(task.mod, seed=seed)
         schedule_blocked_conv(sch)
         register_blocks.add(str(sch.trace.decisions))
+        # The same fp32 products, summed in another order (verify.py's tolerance policy).
+        atol = 1e-4 * max(1.0, float(np.abs(reference).max()))
         np.testing.assert_allclose(
-            _run(sch.mod, [a.copy() for a in args]), reference, rtol=1e-5, atol=1e-5
+            _run(sch.mod, [a.copy() for a in args]), reference, rtol=1e-4, atol=atol
         )
     assert register_blocks  # the decisions were sampled and recorded
 
