@@ -367,41 +367,24 @@ def run_search(
         if is_blocked_conv(plan.tasks[i].mod)
         and database.count_trials(plan.workload_ids[i], SPACE_NAME) == 0
     ]
+
+    def search_pass(tasks: list[int], space_for: Callable[[IRModule], SpaceGenerator]) -> None:
+        _search_pass(
+            plan, tasks, budget, space_for, database, target, threads=threads, seed=seed,
+            job_id=job_id, space_name=config.name, on_event=on_event,
+        )  # fmt: skip
+
     if seeded:
         budget.caps = {
             i: plan.done_before[i] + min(REGBLOCK_TRIALS, plan.remaining(i)) for i in seeded
         }
-        _search_pass(
-            plan,
-            seeded,
-            budget,
-            lambda mod: blocked_conv_space(),
-            database,
-            target,
-            threads=threads,
-            seed=seed,
-            job_id=job_id,
-            space_name=config.name,
-            on_event=on_event,
-        )
+        search_pass(seeded, lambda mod: blocked_conv_space())
         budget.caps = None
     # Pass 2: every task with budget left, in its full space (for blocked convolutions the union
     # of ours and the generic one, started from the best records of pass 1).
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
-        _search_pass(
-            plan,
-            rest,
-            budget,
-            lambda mod: task_space(mod, target, config),
-            database,
-            target,
-            threads=threads,
-            seed=seed,
-            job_id=job_id,
-            space_name=config.name,
-            on_event=on_event,
-        )
+        search_pass(rest, lambda mod: task_space(mod, target, config))
     return result
 
 
