@@ -57,6 +57,7 @@ class PreparedModel:
     target: Target
     relax_model: RelaxModel
     tasks: list[ModelTask]
+    workload_ids: list[int]  # one per task, same order
     database: SQLDatabase
 
 
@@ -104,7 +105,7 @@ def prepare_model(
                 )
             )
         model_id = model.id
-    return PreparedModel(model_id, tvm_target, relax_model, tasks, database)
+    return PreparedModel(model_id, tvm_target, relax_model, tasks, workload_ids, database)
 
 
 def register_model(
@@ -121,8 +122,7 @@ def _spec_dict(spec: Any) -> dict[str, Any]:
 def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
     """Per task: what it implements and the best measurement recorded so far."""
     rows = []
-    for task in prepared.tasks:
-        wid = prepared.database.workload_id(task.mod)
+    for task, wid in zip(prepared.tasks, prepared.workload_ids, strict=True):
         best = prepared.database.best_record(wid)
         rows.append(
             {

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tvm.ir import IRModule
@@ -77,7 +77,6 @@ class SearchResult:
     trials_measured: int = 0
     stopped_early: bool = False
     reason: str = ""
-    per_task: dict[int, int] = field(default_factory=dict)
 
 
 def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
@@ -271,7 +270,6 @@ class RecordTrials(PyMeasureCallback):
             )
             self.budget.counts[index] += 1
             self.budget.result.trials_measured += 1
-        self.budget.result.per_task[index] = self.budget.counts[index]
         if self.on_event is None:
             return
         best = self.database.best_record(wid)
