@@ -28,10 +28,11 @@ from convtune.db.migrate import upgrade
 from convtune.db.session import data_dir, make_engine
 from convtune.tuner.bench import ModelBench, bench_model, untuned_library
 from convtune.tuner.ingest import load_model
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 from convtune.tuner.peak import PeakResult, measure_peak
-from convtune.tuner.pipeline import TuneOptions, tune_model
+from convtune.tuner.pipeline import tune_model
 from convtune.tuner.profile import profile_model
-from convtune.tuner.report import peak_for_threads, store_artifact_results, store_peak, stored_peak
+from convtune.tuner.results import peak_for_threads, store_artifact_results, store_peak, stored_peak
 from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -206,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=None, help="Default: the target's cores.")
     parser.add_argument("--target", default=None, help="Default: this host.")
-    parser.add_argument("--layout", default="nchwc", choices=["nchw", "nchwc"])
+    parser.add_argument("--layout", default=DEFAULT_LAYOUT, type=Layout, choices=list(Layout))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--skip-untuned", action="store_true", help="No untuned TVM baseline.")
     parser.add_argument("--db", default=None, help="Database URL (default: the data dir's).")

@@ -25,17 +25,19 @@ from onnx import TensorProto, helper, numpy_helper
 from bench.zoo import resnet50, workload_key
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine
-from convtune.tuner.bench import interleaved, ort_session
 from convtune.tuner.flops import node_flops, static_shapes
 from convtune.tuner.ingest import load_model
+from convtune.tuner.options import Layout, TuneOptions
 from convtune.tuner.peak import measure_peak
-from convtune.tuner.pipeline import TuneOptions, tune_model
+from convtune.tuner.pipeline import tune_model
+from convtune.tuner.reference import ort_session
 from convtune.tuner.runtime import Artifact, set_threads
 from convtune.tuner.target import physical_cores
+from convtune.tuner.timing import interleaved
 from convtune.tuner.verify import random_feeds
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
-LAYOUTS = ("nchw", "nchwc")
+LAYOUTS = tuple(Layout)
 
 
 def unique_convs() -> list[dict]:

@@ -19,7 +19,7 @@ from tvm.ir import IRModule, Op
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.target import Target
 
-from .space import vector_lanes
+from .isa import vector_lanes
 
 _CONV2D = Op.get("relax.nn.conv2d")
 

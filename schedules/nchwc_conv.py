@@ -18,15 +18,18 @@ parallel.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.space_generator import ScheduleFn
+from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.s_tir.schedule import SBlockRV
+from tvm.target import Target
+
+from .base import ScheduleSpace, mark_space
 
 CONV_BLOCK = "conv2d_NCHWc"
 SPACE_NAME = "nchwc-regblock"
-# Recorded in every trace of this space, so a measured trial says which space produced it.
-SPACE_ANNOTATION = "convtune.space"
 # 32 zmm registers: accumulators + one weight vector + broadcasts.
 MAX_REGISTER_BLOCK = 28
 
@@ -45,7 +48,7 @@ def schedule_blocked_conv(sch: Schedule) -> None:
     blocks = sch.get_child_blocks(root)
     names = [sch.get(b).name_hint for b in blocks]
     conv = blocks[names.index(CONV_BLOCK)]
-    sch.annotate(conv, SPACE_ANNOTATION, SPACE_NAME)
+    mark_space(sch, conv, SPACE_NAME)
     # The elementwise epilogue (bias, BN, ReLU, residual add) becomes one block after the conv.
     epilogue = blocks[names.index(CONV_BLOCK) + 1 :]
     for block in epilogue[:-1]:
@@ -85,10 +88,20 @@ def _parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:
         sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
 
 
-def blocked_conv_space() -> ScheduleFn:
-    return ScheduleFn(schedule_blocked_conv, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+class RegisterBlockedConvSpace(ScheduleSpace):
+    """Blocked convolutions (conv2d_NCHWc): the register-blocked direct kernel above.
 
+    It has 2-8 distinct schedules per layer, usually the fastest ones, which the generic space's
+    population of thousands hides from the search: they get ``seed_trials`` alone first.
+    """
 
-def space_of(trace_text: str, default: str) -> str:
-    """Which space a candidate came from, read off its trace."""
-    return SPACE_NAME if SPACE_ANNOTATION in trace_text else default
+    name: ClassVar[str] = SPACE_NAME
+    seed_trials: ClassVar[int] = 8
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return is_blocked_conv(mod)
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return ScheduleFn(
+            schedule_blocked_conv, sch_rules=[], postprocs="llvm", mutator_probs="llvm"
+        )

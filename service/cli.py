@@ -21,6 +21,7 @@ from convtune.service.cli_common import (
 )
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 
 app = typer.Typer(
     name="convtune",
@@ -138,8 +139,8 @@ def tune(
     seed: int = 0,
     retune: Annotated[bool, typer.Option(help="Search again workloads tuned before.")] = False,
     layout: Annotated[
-        str, typer.Option(help="nchw, or nchwc: convolutions in the blocked NCHW[x]c layout.")
-    ] = "nchwc",
+        Layout, typer.Option(help="nchwc: convolutions in the blocked NCHW[x]c layout.")
+    ] = DEFAULT_LAYOUT,
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
     db: DbOption = None,
@@ -147,7 +148,7 @@ def tune(
     """Tune every task of MODEL, build OUT/model.so, verify it against onnxruntime."""
     _quiet_tvm_logs()
     with user_errors():
-        from convtune.tuner.pipeline import TuneOptions, tune_model
+        from convtune.tuner.pipeline import tune_model
 
         ingested = load_ingested(model, input_shape)
         engine = open_database(db)

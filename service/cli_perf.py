@@ -26,6 +26,7 @@ from convtune.service.cli_common import (
     user_errors,
 )
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 from convtune.tuner.peak import PeakResult, measure_peak
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def peak(
     db: DbOption = None,
 ) -> None:
     """Measure the fp32 FMA peak of this machine, on one core and on THREADS cores; store it."""
-    from convtune.tuner.report import store_peak
+    from convtune.tuner.results import store_peak
     from convtune.tuner.target import make_target
 
     with user_errors():
@@ -110,7 +111,7 @@ def _context(
 
 def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
     """GFLOP/s peak for ``threads`` threads: stored for this host, else measured quickly now."""
-    from convtune.tuner.report import peak_for_threads, stored_peak
+    from convtune.tuner.results import peak_for_threads, stored_peak
 
     found = stored_peak(engine, target)
     if found is not None:
@@ -121,7 +122,7 @@ def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
 
 def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
     """Attach results to the artifact row of ``artifact``'s library; its id, or None if unknown."""
-    from convtune.tuner.report import find_artifact, store_artifact_results
+    from convtune.tuner.results import find_artifact, store_artifact_results
 
     if artifact is None:
         return None
@@ -287,7 +288,9 @@ def profile(
             threads=n_threads,
             peak_gflops=peak_gflops,
             runs=runs,
-            layout=load_manifest(artifact).get("layout", "nchw") if artifact else "nchwc",
+            layout=Layout.parse(load_manifest(artifact).get("layout", Layout.NCHW))
+            if artifact
+            else DEFAULT_LAYOUT,
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:

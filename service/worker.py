@@ -37,6 +37,7 @@ from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.options import TuneOptions
 
 log = logging.getLogger("convtune.worker")
 
@@ -180,7 +181,7 @@ class Worker:
     def _tune(self, job_id: int, watch: _JobWatch) -> int:
         # Imported here: TVM takes a second to load and an idle worker does not need it.
         from convtune.tuner.ingest import load_model
-        from convtune.tuner.pipeline import TuneOptions, tune_model
+        from convtune.tuner.pipeline import tune_model
 
         with self.sessions() as session:
             job = session.get(JobRow, job_id)
@@ -192,15 +193,7 @@ class Worker:
         if not model_path or not Path(model_path).is_file():
             raise ConvtuneError(f"the stored model file {model_path!r} is missing")
         ingested = load_model(model_path, input_shapes=input_shapes or None, name=name)
-        tune_options = TuneOptions(
-            target=options.get("target"),
-            trials_per_task=int(options.get("trials_per_task", 64)),
-            budget_minutes=options.get("budget_minutes"),
-            threads=options.get("threads"),
-            seed=int(options.get("seed", 0)),
-            retune=bool(options.get("retune", False)),
-            layout=str(options.get("layout", "nchwc")),
-        )
+        tune_options = TuneOptions.from_dict(options)
 
         def on_event(kind: str, payload: dict[str, Any]) -> None:
             queue.record_event(self.sessions, job_id, kind, payload)

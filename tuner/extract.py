@@ -27,9 +27,10 @@ from tvm_ffi import structural_hash
 
 from convtune.schedules.layout import blocked_layout
 
-from .errors import ConvtuneError, UnsupportedOpError
+from .errors import UnsupportedOpError
 from .flops import node_flops, node_key, static_shapes
 from .ingest import IngestedModel
+from .options import DEFAULT_LAYOUT, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 
@@ -235,19 +236,19 @@ def _onnx_anchor(
     return None
 
 
-def model_for_target(ingested: IngestedModel, target: Target, layout: str = "nchwc") -> RelaxModel:
-    """The Relax model convtune compiles: converted, BN folded, and with ``layout="nchwc"`` its
+def model_for_target(
+    ingested: IngestedModel, target: Target, layout: Layout = DEFAULT_LAYOUT
+) -> RelaxModel:
+    """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
     convolutions in the blocked layout (schedules/layout.py)."""
     relax_model = to_relax(ingested)
-    if layout == "nchwc":
+    if Layout.parse(layout) is Layout.NCHWC:
         return RelaxModel(mod=blocked_layout(relax_model.mod, target))
-    if layout != "nchw":
-        raise ConvtuneError(f"unknown layout {layout!r}: use 'nchw' or 'nchwc'")
     return relax_model
 
 
 def extract_tasks(
-    ingested: IngestedModel, target: Target, layout: str = "nchwc"
+    ingested: IngestedModel, target: Target, layout: Layout = DEFAULT_LAYOUT
 ) -> tuple[RelaxModel, list[ModelTask]]:
     """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
     relax_model = model_for_target(ingested, target, layout)

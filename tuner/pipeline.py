@@ -17,27 +17,15 @@ from tvm.target import Target
 
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.space import SpaceConfig
 
-from .build import build_library, file_sha256
 from .extract import ModelTask, RelaxModel, extract_tasks
 from .ingest import IngestedModel
+from .library import build_library, file_sha256
+from .options import DEFAULT_LAYOUT, Layout, TuneOptions
 from .runtime import MANIFEST_NAME, Artifact, set_threads
 from .search import EventSink, SearchResult, run_search
 from .target import make_target, target_threads
 from .verify import verify_artifact
-
-
-@dataclass
-class TuneOptions:
-    target: str | None = None
-    trials_per_task: int = 64
-    budget_minutes: float | None = None
-    threads: int | None = None
-    seed: int = 0
-    retune: bool = False
-    # "nchwc": convolutions in the blocked NCHW[x]c layout (schedules/layout.py); or "nchw".
-    layout: str = "nchwc"
 
 
 @dataclass
@@ -67,7 +55,7 @@ def prepare_model(
     engine: Engine,
     target: str | None,
     stored_path: str | None,
-    layout: str = "nchwc",
+    layout: Layout = DEFAULT_LAYOUT,
 ) -> PreparedModel:
     tvm_target = make_target(target)
     relax_model, tasks = extract_tasks(ingested, tvm_target, layout)
@@ -174,7 +162,6 @@ def tune_model(
         seed=options.seed,
         retune=options.retune,
         job_id=job_id,
-        space=SpaceConfig(name=options.layout),
         on_event=emit,
         should_stop=should_stop,
     )
@@ -200,7 +187,7 @@ def tune_model(
         "outputs": [_spec_dict(s) for s in ingested.outputs],
         "target": prepared.target.export(),
         "threads": threads,
-        "layout": options.layout,
+        "layout": options.layout.value,
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},
         "library": {"file": so_path.name, "sha256": file_sha256(so_path)},

@@ -29,8 +29,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from convtune.tuner.bench import ort_session
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout
+from convtune.tuner.reference import ort_session
 
 if TYPE_CHECKING:
     from tvm.target import Target
@@ -252,7 +253,7 @@ def profile_model(
     threads: int,
     peak_gflops: float,
     runs: int = 5,
-    layout: str = "nchwc",
+    layout: Layout = DEFAULT_LAYOUT,
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 

@@ -1,10 +1,8 @@
 """Loading and running a built artifact with an explicit thread count.
 
-TVM's thread pool reads ``TVM_NUM_THREADS`` once, when it starts, and otherwise uses half the
-logical CPUs (it assumes hyper-threading; on a 2-vCPU machine: ONE thread). The pool can later
-shrink (``runtime.config_threadpool``) but never grow past its starting size, so we start it with
-every logical CPU and pick the requested count per call. This module must be imported before any TVM
-kernel runs in the process; ``convtune.tuner`` imports it first for that reason.
+TVM's thread pool can shrink (``runtime.config_threadpool``) but never grow past its starting
+size; ``convtune.tuner`` starts it with every logical CPU (see its ``__init__``), and
+:func:`set_threads` picks the requested count per call.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 import numpy as np
 import tvm

@@ -37,13 +37,8 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase, trace_key
-from convtune.schedules.nchwc_conv import (
-    SPACE_NAME,
-    blocked_conv_space,
-    is_blocked_conv,
-    space_of,
-)
-from convtune.schedules.space import SpaceConfig, task_space
+from convtune.schedules.base import ScheduleSpace
+from convtune.schedules.registry import SPACES, space_of, union_space
 
 from .builder import CandidateBuilder
 from .extract import ModelTask
@@ -52,8 +47,6 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 # Elementwise and pooling tasks have small spaces that converge in a few trials.
 OTHER_TASK_TRIALS = 8
-# Trials of the register-blocked space alone before the full search (it has ~2-8 candidates).
-REGBLOCK_TRIALS = 8
 # A trial's timing: enough repeats to be stable on a shared machine, without dominating the
 # search (candidate compilation takes ~1.5 s; one measurement should take well under that).
 EVALUATOR = EvaluatorConfig(number=3, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
@@ -225,7 +218,7 @@ class RecordTrials(PyMeasureCallback):
         budget: TrialBudget,
         active: list[int],
         *,
-        space: str,
+        spaces: Sequence[ScheduleSpace],
         job_id: int | None,
         on_event: EventSink | None,
     ) -> None:
@@ -233,7 +226,7 @@ class RecordTrials(PyMeasureCallback):
         self.database = database
         self.budget = budget
         self.active = active  # scheduler task id -> index into plan.tasks
-        self.space = space
+        self.spaces = spaces
         self.job_id = job_id
         self.on_event = on_event
 
@@ -264,7 +257,7 @@ class RecordTrials(PyMeasureCallback):
                 args_info_json=[arg.as_json() for arg in candidate.args_info],
                 error=_first_lines(error) if error else None,
                 trial_index=self.budget.counts[index],
-                space=space_of(str(trace_json), self.space),
+                space=space_of(str(trace_json), self.spaces),
                 job_id=self.job_id,
                 flops=task.flops,
             )
@@ -325,11 +318,16 @@ def run_search(
     seed: int = 0,
     retune: bool = False,
     job_id: int | None = None,
-    space: SpaceConfig | None = None,
+    spaces: Sequence[ScheduleSpace] = SPACES,
     on_event: EventSink | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> SearchResult:
-    """Tune every task that still has budget; returns what was measured and why it stopped."""
+    """Tune every task that still has budget; returns what was measured and why it stopped.
+
+    First a seed pass per space with ``seed_trials`` (that space alone, on the tasks it applies
+    to that never had a trial of it), then one pass over the union of each task's applicable
+    ``spaces``, started from the best records so far.
+    """
     result = SearchResult()
     plan = plan_search(tasks, database, trials_per_task, retune=retune)
     # Largest share of FLOPs first: if the time budget runs out, the big layers got their trials.
@@ -350,39 +348,38 @@ def run_search(
     if not active:
         result.reason = "every task already has its trials"
         return result
-    config = space or SpaceConfig()
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
     budget = TrialBudget(plan, database, deadline, should_stop, result)
-    # Pass 1: our register-blocked space alone on blocked convolutions. It has a handful of
-    # candidates per layer and they are usually the fastest, but in a union with the generic
-    # space's far larger population the search rarely samples them.
-    # A task resumed or tuned before already had its pass 1.
-    seeded = [
-        i
-        for i in active
-        if is_blocked_conv(plan.tasks[i].mod)
-        and database.count_trials(plan.workload_ids[i], SPACE_NAME) == 0
-    ]
 
     def search_pass(tasks: list[int], space_for: Callable[[IRModule], SpaceGenerator]) -> None:
         _search_pass(
             plan, tasks, budget, space_for, database, target, threads=threads, seed=seed,
-            job_id=job_id, space_name=config.name, on_event=on_event,
+            job_id=job_id, spaces=spaces, on_event=on_event,
         )  # fmt: skip
 
-    if seeded:
+    for space in spaces:
+        if space.seed_trials <= 0:
+            continue
+        # A task resumed or tuned before already had its seed pass in this space.
+        seeded = [
+            i
+            for i in active
+            if space.applies_to(plan.tasks[i].mod)
+            and database.count_trials(plan.workload_ids[i], space.name) == 0
+            and budget.allowance(i) > 0
+        ]
+        if not seeded:
+            continue
         budget.caps = {
-            i: plan.done_before[i] + min(REGBLOCK_TRIALS, plan.remaining(i)) for i in seeded
+            i: budget.counts[i] + min(space.seed_trials, budget.allowance(i)) for i in seeded
         }
-        search_pass(seeded, lambda mod: blocked_conv_space())
+        search_pass(seeded, lambda mod, space=space: space.generator(target))  # type: ignore[misc]
         budget.caps = None
-    # Pass 2: every task with budget left, in its full space (for blocked convolutions the union
-    # of ours and the generic one, started from the best records of pass 1).
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
-        search_pass(rest, lambda mod: task_space(mod, target, config))
+        search_pass(rest, lambda mod: union_space(mod, target, spaces))
     return result
 
 
@@ -397,7 +394,7 @@ def _search_pass(
     threads: int,
     seed: int,
     job_id: int | None,
-    space_name: str,
+    spaces: Sequence[ScheduleSpace],
     on_event: EventSink | None,
 ) -> None:
     """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``."""
@@ -426,7 +423,7 @@ def _search_pass(
         if on_event is not None and warm:
             on_event("cost_model_warm_start", {"records": warm})
         recorder = RecordTrials(
-            database, budget, active, space=space_name, job_id=job_id, on_event=on_event
+            database, budget, active, spaces=spaces, job_id=job_id, on_event=on_event
         )
         builder = CandidateBuilder(max_workers=threads)
         try:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .bench import ort_session
 from .errors import VerificationError
 from .ingest import IngestedModel, TensorSpec
+from .reference import ort_session
 from .runtime import Artifact
 
 RTOL = 1e-4

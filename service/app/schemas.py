@@ -7,6 +7,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
+
+_DEFAULTS = TuneOptions()
+
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -56,16 +60,16 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trials_per_task: int = Field(default=64, ge=1, le=100_000)
+    trials_per_task: int = Field(default=_DEFAULTS.trials_per_task, ge=1, le=100_000)
     budget_minutes: float | None = Field(default=None, gt=0)
     target: str | None = Field(
         default=None, description="None → this host; or 'llvm -mcpu=znver4 -num-cores=2'"
     )
     threads: int | None = Field(default=None, ge=1, le=1024)
-    seed: int = 0
-    retune: bool = False
-    layout: Literal["nchw", "nchwc"] = Field(
-        default="nchwc", description="nchwc: convolutions in the blocked NCHW[x]c layout"
+    seed: int = _DEFAULTS.seed
+    retune: bool = _DEFAULTS.retune
+    layout: Layout = Field(
+        default=DEFAULT_LAYOUT, description="nchwc: convolutions in the blocked NCHW[x]c layout"
     )
 
 

@@ -18,7 +18,8 @@ from convtune.db.models import TuningRecordRow
 from convtune.schedules.nchwc_conv import SPACE_NAME, is_blocked_conv, schedule_blocked_conv
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
-from convtune.tuner.pipeline import TuneOptions, tune_model
+from convtune.tuner.options import TuneOptions
+from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
 

@@ -20,11 +20,10 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import ArtifactRow, ModelRow
 from convtune.db.session import make_engine
 from convtune.service.cli import app
-from convtune.tuner.build import file_sha256
-from convtune.tuner.compile import compile_untuned
 from convtune.tuner.ingest import load_model
+from convtune.tuner.library import compile_untuned, file_sha256
 from convtune.tuner.peak import PeakResult
-from convtune.tuner.report import store_peak
+from convtune.tuner.results import store_peak
 from convtune.tuner.target import make_target
 from tests.models import conv_net, three_conv_cnn, to_bytes
 

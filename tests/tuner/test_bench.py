@@ -7,8 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from convtune.tuner.bench import interleaved, ort_session, summarize
 from convtune.tuner.errors import ConvtuneError, InvalidModelError
+from convtune.tuner.reference import ort_session
+from convtune.tuner.timing import interleaved, summarize
 
 
 def _recorder(log: list[str], name: str, sleep_s: float = 0.0):

@@ -16,10 +16,10 @@ import onnx
 import pytest
 from onnx import helper
 
-from convtune.tuner.compile import compile_untuned
 from convtune.tuner.extract import ANCHOR_OPS, ModelTask, extract_tasks
 from convtune.tuner.flops import static_shapes
 from convtune.tuner.ingest import IngestedModel, load_model
+from convtune.tuner.library import compile_untuned
 from convtune.tuner.runtime import Artifact
 from convtune.tuner.target import make_target
 from convtune.tuner.verify import compare

@@ -17,8 +17,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from convtune.tuner.compile import compile_untuned
 from convtune.tuner.ingest import load_model
+from convtune.tuner.library import compile_untuned
 from convtune.tuner.runtime import Artifact
 from convtune.tuner.target import make_target
 from convtune.tuner.verify import compare
@@ -31,6 +31,7 @@ PYTORCH_DIR = Path(onnx.__file__).parent / "backend/test/data/pytorch-converted"
 PYTORCH_CASES = sorted(
     p.name for pattern in ("test_Conv2d*", "test_Linear*") for p in PYTORCH_DIR.glob(pattern)
 )
+
 
 def _node_cases() -> list:
     """ONNX node test cases whose single node is a Conv or Gemm (one ``data_set`` each)."""

@@ -17,7 +17,7 @@ from convtune.db.session import make_engine
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.peak import PeakResult, best_isa, measure_peak
-from convtune.tuner.report import peak_for_threads, stored_peak
+from convtune.tuner.results import peak_for_threads, stored_peak
 from convtune.tuner.target import make_target
 
 _NUMPY_SGEMM = """

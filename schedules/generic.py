@@ -1,4 +1,4 @@
-"""The schedule space convtune searches on x86, spelled out rather than left to defaults.
+"""The generic space: MetaSchedule's x86 rules for any task, with every knob spelled out.
 
 Knobs (see ``SpaceConfig``): the multi-level tiling structure (S = spatial, R = reduction levels),
 the largest innermost tile (it bounds the register block and the vectorised loop), the vector width
@@ -9,6 +9,7 @@ how many parallel jobs per core the outer fused loop may split into.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule import Mutator, Postproc, ScheduleRule
@@ -17,25 +18,11 @@ from tvm.s_tir.meta_schedule.schedule_rule import (
     ParallelizeVectorizeUnroll,
     ReuseType,
 )
-from tvm.s_tir.meta_schedule.space_generator import (
-    PostOrderApply,
-    SpaceGenerator,
-    SpaceGeneratorUnion,
-)
-from tvm.target import Target, codegen
+from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, SpaceGenerator
+from tvm.target import Target
 
-from .nchwc_conv import blocked_conv_space, is_blocked_conv
-
-
-def vector_lanes(target: Target) -> int:
-    """fp32 lanes of the widest vector unit the target CPU has."""
-    mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
-    if codegen.llvm_cpu_has_features(
-        ["avx512f"], Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
-    ):
-        return 16
-    return 8
+from .base import ScheduleSpace
+from .isa import vector_lanes
 
 
 @dataclass(frozen=True)
@@ -48,7 +35,6 @@ class SpaceConfig:
     max_jobs_per_core: int = 16
     # Vectorised loops may span several registers: LLVM splits them into `lanes`-wide operations.
     vector_registers: int = 4
-    name: str = "generic"
 
 
 def generic_space(target: Target, config: SpaceConfig | None = None) -> PostOrderApply:
@@ -91,11 +77,17 @@ def _parallel_vectorize_unroll(config: SpaceConfig, lanes: int) -> ScheduleRule:
     )
 
 
-def task_space(mod: IRModule, target: Target, config: SpaceConfig | None = None) -> SpaceGenerator:
-    """The space searched for one task: for a blocked convolution, ours and the generic one
-    together (the cost model ranks candidates of both; the faster measured one wins); else the
-    generic one."""
-    generic = generic_space(target, config)
-    if not is_blocked_conv(mod):
-        return generic
-    return SpaceGeneratorUnion([generic, blocked_conv_space()])
+class GenericSpace(ScheduleSpace):
+    """Every task: conv, Gemm, pooling, elementwise. Searched alone or in the union with the
+    spaces that also apply to a task."""
+
+    name: ClassVar[str] = "generic"
+
+    def __init__(self, config: SpaceConfig | None = None) -> None:
+        self.config = config or SpaceConfig()
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return True
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return generic_space(target, self.config)

@@ -21,7 +21,7 @@ from tvm.target import Target
 from convtune.db.models import ArtifactRow, TargetRow
 from convtune.db.ms_database import target_key, to_plain
 
-from .build import file_sha256
+from .library import file_sha256
 from .peak import PeakResult
 
 _STORED_METHOD = "stored in the database"

@@ -1,4 +1,10 @@
-"""Build: apply the best recorded schedules and export the model as a shared library."""
+"""The model as a shared library: built with the best recorded schedules, or with none at all.
+
+The untuned build (no schedules: every kernel is TVM's unscheduled loop nest) goes through the same
+``model_for_target`` → ``build_library`` path as a tuned artifact, with an empty MetaSchedule
+database. Conformance tests use it to check the compile path itself; ``convtune bench`` uses it as
+the baseline tuning must beat.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .extract import RelaxModel
+from .extract import RelaxModel, model_for_target
+from .ingest import IngestedModel
+from .options import DEFAULT_LAYOUT, Layout
 
 LIBRARY_NAME = "model.so"
 
@@ -37,3 +45,14 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def compile_untuned(
+    ingested: IngestedModel, target: Target, out_dir: Path, layout: Layout = DEFAULT_LAYOUT
+) -> Path:
+    """Build ``ingested`` for ``target`` without any tuning record; returns ``out_dir/model.so``.
+
+    Raises ``UnsupportedOpError`` when the TVM frontend cannot convert the model.
+    """
+    relax_model = model_for_target(ingested, target, layout)
+    return build_library(relax_model, ms.database.MemoryDatabase(), target, Path(out_dir))

@@ -1,0 +1,58 @@
+"""The schedule spaces convtune searches, in the order their seed passes run.
+
+Adding a space: one module with a :class:`~convtune.schedules.base.ScheduleSpace` subclass, and
+one line in ``SPACES`` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGeneratorUnion
+from tvm.target import Target
+
+from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
+from .generic import GenericSpace
+from .nchwc_conv import RegisterBlockedConvSpace
+
+SPACES: tuple[ScheduleSpace, ...] = (
+    GenericSpace(),
+    RegisterBlockedConvSpace(),
+)
+
+
+def get_space(space: str | ScheduleSpace) -> ScheduleSpace:
+    """A registered space by name, or ``space`` itself (MetaSchedule's string-or-instance rule)."""
+    if isinstance(space, ScheduleSpace):
+        return space
+    for candidate in SPACES:
+        if candidate.name == space:
+            return candidate
+    names = ", ".join(s.name for s in SPACES)
+    raise KeyError(f"unknown schedule space {space!r}: registered are {names}")
+
+
+def applicable(mod: IRModule, spaces: Sequence[ScheduleSpace] = SPACES) -> list[ScheduleSpace]:
+    """The spaces of ``spaces`` that can schedule the task ``mod``."""
+    return [space for space in spaces if space.applies_to(mod)]
+
+
+def union_space(
+    mod: IRModule, target: Target, spaces: Sequence[ScheduleSpace] = SPACES
+) -> SpaceGenerator:
+    """Every applicable space of ``mod`` as one generator (the cost model ranks them together)."""
+    generators = [space.generator(target) for space in applicable(mod, spaces)]
+    if not generators:
+        raise ValueError("no schedule space applies to the task")
+    return generators[0] if len(generators) == 1 else SpaceGeneratorUnion(generators)
+
+
+def space_of(trace_text: str, spaces: Sequence[ScheduleSpace] = SPACES) -> str:
+    """Which space a candidate came from, read off its trace (JSON or text form): the space named
+    by its :data:`~convtune.schedules.base.SPACE_ANNOTATION`, else the generic space."""
+    if SPACE_ANNOTATION in trace_text:
+        for space in spaces:
+            if space.name != DEFAULT_SPACE and f'"{space.name}"' in trace_text.replace('\\"', '"'):
+                return space.name
+    return DEFAULT_SPACE

@@ -1,0 +1,56 @@
+"""The options of a tuning job, each defined once: the CLI, the API schema, the worker, the
+extractor and the manifest all take their names, choices and defaults from here.
+
+This module imports nothing heavy: the CLI's ``--help`` and the API process read it without TVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Layout(StrEnum):
+    """Data layout the model's convolutions are compiled in."""
+
+    #: Plain NCHW everywhere; only the generic MetaSchedule space.
+    NCHW = "nchw"
+    #: Blocked NCHW[x]c (x = the target's fp32 lanes) for convolutions whose channels divide by x,
+    #: carried across the graph (schedules/layout.py); the rest stay NCHW.
+    NCHWC = "nchwc"
+
+    @classmethod
+    def parse(cls, value: str | Layout) -> Layout:
+        """``value`` as a Layout; a ``ConvtuneError`` naming the choices otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            from .errors import ConvtuneError
+
+            choices = ", ".join(repr(v.value) for v in cls)
+            raise ConvtuneError(f"unknown layout {value!r}: use one of {choices}") from None
+
+
+DEFAULT_LAYOUT = Layout.NCHWC
+
+
+@dataclass
+class TuneOptions:
+    """What a job asks for. Defaults here are the defaults of the CLI, the API and the worker."""
+
+    target: str | None = None
+    trials_per_task: int = 64
+    budget_minutes: float | None = None
+    threads: int | None = None
+    seed: int = 0
+    retune: bool = False
+    layout: Layout = DEFAULT_LAYOUT
+
+    def __post_init__(self) -> None:
+        self.layout = Layout.parse(self.layout)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, object]) -> TuneOptions:
+        """Options from a stored job row's JSON: unknown keys ignored, missing ones defaulted."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in values.items() if k in known and v is not None})  # type: ignore[arg-type]
