@@ -16,13 +16,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     CONVTUNE_PORT=8000
 
 WORKDIR /src
-# Metadata first so the dependency layer is reused when only the code changes.
+# The dependencies get a layer of their own, built from pyproject.toml alone: a change to the
+# code reuses it and reinstalls only convtune itself.
 COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt
+COPY setup.py README.md ./
 COPY tuner/ tuner/
 COPY schedules/ schedules/
 COPY db/ db/
 COPY service/ service/
-RUN pip install .
+RUN pip install --no-deps .
 
 RUN useradd --create-home --uid 1000 convtune && mkdir -p /data && chown convtune /data
 USER convtune

@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 
 .PHONY: install test lint bench serve
 
-$(BIN)/convtune: pyproject.toml
+$(BIN)/convtune: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -29,10 +29,11 @@ from convtune.db.session import data_dir, make_engine
 from convtune.tuner.bench import ModelBench, bench_model, untuned_library
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
-from convtune.tuner.peak import PeakResult, measure_peak
+from convtune.tuner.peak import PeakResult
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.profile import profile_model
-from convtune.tuner.results import peak_for_threads, store_artifact_results, store_peak, stored_peak
+from convtune.tuner.results import peak_for_threads, resolve_peak, store_artifact_results
+from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, markdown
 from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -61,43 +62,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _cell(value: Any, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
-def bench_markdown(bench: dict[str, Any]) -> list[str]:
-    lines = [
-        "| contender | median ms | p10 ms | p90 ms | rounds | GFLOP/s | % of peak "
-        "| time / onnxruntime |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, r in bench["results"].items():
-        lines.append(
-            f"| {name} | {r['median_ms']:.2f} | {r['p10_ms']:.2f} | {r['p90_ms']:.2f} | "
-            f"{r['rounds']} | {r['gflops']:.1f} | {_cell(r['pct_peak'], '.1f')} | "
-            f"{_cell(r['time_vs_ort'], '.2f')} |"
-        )
-    return lines
-
-
-def profile_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| layer | op | shape | ONNX nodes | MFLOP | our ms | ort ms | GFLOP/s | % peak | share |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        nodes = r["onnx_nodes"]
-        shown = ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else "")
-        share = None if r["share"] is None else 100 * r["share"]
-        lines.append(
-            f"| {r['layer']} | {r['op']} | {r['shape']} | {shown} | "
-            f"{_cell(r['flops'] / 1e6 if r['flops'] else None, '.1f')} | {_cell(r['ms'], '.3f')} | "
-            f"{_cell(r['ort_ms'], '.3f')} | {_cell(r['gflops'], '.1f')} | "
-            f"{_cell(r['pct_peak'], '.1f')} | {_cell(share, '.1f')} |"
-        )
-    return lines
-
-
 def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
     """``<date>-<model>.json`` (everything) and ``.md`` (the tables); returns the .md path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -118,24 +82,16 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         "",
         f"## End to end ({bench['threads']} threads, {bench['gflop']:.2f} GFLOP)",
         "",
-        *bench_markdown(bench),
+        *markdown(BENCH_COLUMNS, bench_rows(bench)),
         "",
         "## Per layer (tuned artifact, onnxruntime per node on the same threads)",
         "",
-        *profile_markdown(report["profile"]),
+        *markdown(PROFILE_COLUMNS, report["profile"]),
         "",
     ]
     path = stem.with_suffix(".md")
     path.write_text("\n".join(md))
     return path
-
-
-def _peak(engine: Any, target: Any, threads: int) -> PeakResult:
-    found = stored_peak(engine, target)
-    if found is None:
-        found = measure_peak(threads)
-        store_peak(engine, target, found)
-    return found
 
 
 def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult) -> dict:
@@ -225,7 +181,7 @@ def main(argv: list[str] | None = None) -> list[pathlib.Path]:
     upgrade(args.db)
     engine = make_engine(args.db)
     target = make_target(args.target)
-    peak = _peak(engine, target, os.cpu_count() or 1)
+    peak, _ = resolve_peak(engine, target, os.cpu_count() or 1, store=True)
     written = []
     for name in args.models.split(","):
         report = run_model(name, args, engine, peak)

@@ -7,6 +7,7 @@ values read back are tagged UTC). JSON columns hold plain Python data (dicts, li
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -28,8 +29,19 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-WORKLOAD_KINDS = ("conv", "gemm", "matmul", "other")
+
+class JobStatus(StrEnum):
+    """Where a job is; stored as its value in ``jobs.status``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
 
 # Deterministic constraint names so that later migrations can drop or alter them by name.
 NAMING_CONVENTION = {
@@ -195,7 +207,7 @@ class JobRow(_Row, Base):
 
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     target_id: Mapped[int | None] = mapped_column(ForeignKey("targets.id", ondelete="SET NULL"))
-    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value, index=True)
     options: Mapped[dict[str, Any]]
     idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
     worker_id: Mapped[str | None] = mapped_column(String(255))

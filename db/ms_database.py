@@ -23,6 +23,7 @@ from tvm.tirx import FloatImm, IntImm
 
 from .models import TargetRow, TuningRecordRow, WorkloadRow
 from .session import session_factory
+from .stats import NO_RECORDS, record_stats
 
 # MetaSchedule's stand-in run time for a candidate that failed to build or run
 # (SortTuningRecordByMeanRunSecs::kMaxMeanTime in TVM's C++).
@@ -353,13 +354,9 @@ class SQLDatabase(PyDatabase):
     def count_trials(self, workload_id: int, space: str | None = None) -> int:
         """Number of records of ``workload_id``, failed trials included; only ``space``'s if
         given."""
-        query = select(func.count(TuningRecordRow.id)).where(
-            TuningRecordRow.workload_id == workload_id
-        )
-        if space is not None:
-            query = query.where(TuningRecordRow.space == space)
         with self._sessions() as session:
-            return int(session.scalar(query) or 0)
+            stats = record_stats(session, [workload_id], space=space)
+        return stats.get(workload_id, NO_RECORDS).trials
 
     def trace_keys(self, workload_id: int) -> set[str]:
         """``trace_key`` of every schedule measured for ``workload_id`` (to never measure twice)."""

@@ -28,6 +28,7 @@ from convtune.service.cli_common import (
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 from convtune.tuner.peak import PeakResult, measure_peak
+from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, rich_table
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -110,14 +111,11 @@ def _context(
 
 
 def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
-    """GFLOP/s peak for ``threads`` threads: stored for this host, else measured quickly now."""
-    from convtune.tuner.results import peak_for_threads, stored_peak
+    """GFLOP/s peak for ``threads`` threads and its source (see ``resolve_peak``)."""
+    from convtune.tuner.results import peak_for_threads, resolve_peak
 
-    found = stored_peak(engine, target)
-    if found is not None:
-        return peak_for_threads(found, threads), "database"
-    quick = measure_peak(threads, repeats=2, seconds=0.05)
-    return peak_for_threads(quick, threads), "measured now (run `convtune peak` to store one)"
+    found, source = resolve_peak(engine, target, threads, store=False)
+    return peak_for_threads(found, threads), source
 
 
 def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
@@ -143,10 +141,6 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
 # ---------------------------------------------------------------------------------------------
 # bench
 # ---------------------------------------------------------------------------------------------
@@ -155,25 +149,11 @@ def _fmt(value: float | None, spec: str) -> str:
 def bench_table(result: ModelBench) -> Table:
     """Contenders in run order: time, GFLOP/s, % of peak and time relative to onnxruntime."""
     doc = result.as_dict()
-    table = Table(
-        title=f"{doc['model']}: {doc['gflop']:.2f} GFLOP, {doc['threads']} threads, "
+    title = (
+        f"{doc['model']}: {doc['gflop']:.2f} GFLOP, {doc['threads']} threads, "
         f"peak {doc['peak_gflops']:.0f} GFLOP/s ({doc['peak_source']})"
     )
-    for col in ("contender", "median ms", "p10 ms", "p90 ms", "rounds", "GFLOP/s", "% peak"):
-        table.add_column(col, justify="left" if col == "contender" else "right")
-    table.add_column("time / onnxruntime", justify="right")
-    for name, r in doc["results"].items():
-        table.add_row(
-            name,
-            f"{r['median_ms']:.2f}",
-            f"{r['p10_ms']:.2f}",
-            f"{r['p90_ms']:.2f}",
-            str(r["rounds"]),
-            f"{r['gflops']:.1f}",
-            _fmt(r["pct_peak"], ".1f"),
-            _fmt(r["time_vs_ort"], ".2f"),
-        )
-    return table
+    return rich_table(BENCH_COLUMNS, bench_rows(doc), title)
 
 
 @perf_app.command("bench")
@@ -227,26 +207,7 @@ def bench(
 
 def profile_table(rows: list[dict[str, Any]], title: str) -> Table:
     """Per-layer rows as printed by ``convtune profile``."""
-    table = Table(title=title)
-    for col in ("layer", "op", "shape", "ONNX nodes"):
-        table.add_column(col)
-    for col in ("MFLOP", "our ms", "ort ms", "GFLOP/s", "% peak", "share"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        nodes = r["onnx_nodes"]
-        table.add_row(
-            r["layer"],
-            r["op"],
-            r["shape"],
-            ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else ""),
-            _fmt(r["flops"] / 1e6 if r["flops"] else None, ".1f"),
-            _fmt(r["ms"], ".3f"),
-            _fmt(r["ort_ms"], ".3f"),
-            _fmt(r["gflops"], ".1f"),
-            _fmt(r["pct_peak"], ".1f"),
-            _fmt(r["share"] * 100 if r["share"] is not None else None, ".1f") + "%",
-        )
-    return table
+    return rich_table(PROFILE_COLUMNS, rows, title)
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:

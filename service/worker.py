@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from convtune.db.models import JobRow, ModelRow
+from convtune.db.models import JobRow, JobStatus, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
@@ -151,19 +151,21 @@ class Worker:
             return
         except ConvtuneError as exc:
             log.warning("job %d failed: %s", job_id, exc.message)
-            queue.finish(self.sessions, job_id, self.worker_id, "failed", error=exc.message)
+            queue.finish(self.sessions, job_id, self.worker_id, JobStatus.FAILED, error=exc.message)
             return
         except Exception as exc:
             log.error("job %d crashed:\n%s", job_id, traceback.format_exc())
             first_line = (str(exc).strip().splitlines() or [""])[0]
             message = f"internal error: {type(exc).__name__}: {first_line}"
-            queue.finish(self.sessions, job_id, self.worker_id, "failed", error=message)
+            queue.finish(self.sessions, job_id, self.worker_id, JobStatus.FAILED, error=message)
             return
         if watch.should_stop():
             # The search stopped early but the artifact was already being built: keep it.
             self._stopped(job_id, watch, artifact_id=artifact_id)
             return
-        queue.finish(self.sessions, job_id, self.worker_id, "succeeded", artifact_id=artifact_id)
+        queue.finish(
+            self.sessions, job_id, self.worker_id, JobStatus.SUCCEEDED, artifact_id=artifact_id
+        )
         log.info("job %d: succeeded, artifact %d", job_id, artifact_id)
 
     def _stopped(self, job_id: int, watch: _JobWatch, artifact_id: int | None = None) -> None:
@@ -171,7 +173,7 @@ class Worker:
             log.warning("job %d: taken over by another worker; leaving it", job_id)
         elif watch.cancelled:
             queue.finish(
-                self.sessions, job_id, self.worker_id, "cancelled", artifact_id=artifact_id
+                self.sessions, job_id, self.worker_id, JobStatus.CANCELLED, artifact_id=artifact_id
             )
             log.info("job %d: cancelled", job_id)
         else:

@@ -77,6 +77,27 @@ def peak_for_threads(peak: PeakResult, threads: int) -> float:
     return peak.gflops_per_core * threads
 
 
+def resolve_peak(
+    engine: Engine, target: Target, threads: int, *, store: bool
+) -> tuple[PeakResult, str]:
+    """The peak to judge ``threads`` threads against, and where it came from.
+
+    The stored one for ``target`` if any; else measured now — fully and stored (``store=True``,
+    as a benchmark run does), or quickly and not stored (a one-off ``convtune bench``).
+    """
+    from .peak import measure_peak
+
+    found = stored_peak(engine, target)
+    if found is not None:
+        return found, "database"
+    if store:
+        measured = measure_peak(threads)
+        store_peak(engine, target, measured)
+        return measured, "measured now and stored"
+    quick = measure_peak(threads, repeats=2, seconds=0.05)
+    return quick, "measured now (run `convtune peak` to store one)"
+
+
 def find_artifact(engine: Engine, so_path: Path) -> int | None:
     """Id of the newest artifact row whose library has ``so_path``'s sha256, else None."""
     digest = file_sha256(so_path)

@@ -6,10 +6,10 @@ and reads. Functions take an open ``Session`` and commit only when they say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,11 +18,12 @@ from convtune.db.models import (
     ArtifactRow,
     JobEventRow,
     JobRow,
+    JobStatus,
     ModelRow,
     ModelWorkloadRow,
-    TuningRecordRow,
 )
 from convtune.db.ms_database import SQLDatabase
+from convtune.db.stats import NO_RECORDS, record_stats
 from convtune.tuner.search import task_budget
 from convtune.tuner.target import make_target
 
@@ -51,40 +52,6 @@ def _model_workloads(session: Session, model_id: int) -> Sequence[ModelWorkloadR
         .where(ModelWorkloadRow.model_id == model_id)
         .order_by(ModelWorkloadRow.position, ModelWorkloadRow.id)
     ).all()
-
-
-class RecordStats(NamedTuple):
-    trials: int  # failed ones included
-    best_gflops: float | None
-    best_ms: float | None
-
-
-NO_RECORDS = RecordStats(0, None, None)
-
-
-def record_stats(
-    session: Session, workload_ids: Iterable[int | None], job_id: int | None = None
-) -> dict[int, RecordStats]:
-    """workload id → trials and best figures; only ``job_id``'s trials if given."""
-    ids = sorted({i for i in workload_ids if i is not None})
-    if not ids:
-        return {}
-    query = (
-        select(
-            TuningRecordRow.workload_id,
-            func.count(TuningRecordRow.id),
-            func.max(TuningRecordRow.gflops),
-            func.min(TuningRecordRow.mean_sec),
-        )
-        .where(TuningRecordRow.workload_id.in_(ids))
-        .group_by(TuningRecordRow.workload_id)
-    )
-    if job_id is not None:
-        query = query.where(TuningRecordRow.job_id == job_id)
-    return {
-        wid: RecordStats(count, best, sec * 1e3 if sec is not None else None)
-        for wid, count, best, sec in session.execute(query)
-    }
 
 
 def model_summary(model: ModelRow) -> ModelSummary:
@@ -155,7 +122,7 @@ def create_job(
     job = JobRow(
         model_id=model.id,
         target_id=target_id,
-        status="queued",
+        status=JobStatus.QUEUED,
         options=options,
         idempotency_key=idempotency_key,
         attempts=0,

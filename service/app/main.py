@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 
 from fastapi import FastAPI
 
@@ -48,7 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="convtune",
         summary="Autotunes the Conv/Gemm kernels of ONNX CNNs with TVM MetaSchedule",
-        version="0.1.0",
+        version=version("convtune"),
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, select, update
+from sqlalchemy import ColumnElement, CursorResult, Update, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from convtune.db.models import JobEventRow, JobRow, utcnow
+from convtune.db.models import TERMINAL_STATUSES, JobEventRow, JobRow, JobStatus, utcnow
 
 from .core.errors import ApiError
-from .schemas import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 
 SessionFactory = sessionmaker[Session]
+
+
+def _held_by(job_id: int, worker_id: str) -> tuple[ColumnElement[bool], ...]:
+    """The job is running and claimed by ``worker_id`` (a requeued job is no longer its)."""
+    return (JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == JobStatus.RUNNING)
 
 
 def _changed(session: Session, statement: Update) -> int:
@@ -65,7 +69,7 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
         while True:
             job_id = session.scalar(
                 select(JobRow.id)
-                .where(JobRow.status == "queued")
+                .where(JobRow.status == JobStatus.QUEUED)
                 .order_by(JobRow.id)
                 .limit(1)
                 .with_for_update(skip_locked=True)  # SQLite renders nothing
@@ -77,9 +81,9 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
             claimed = _changed(
                 session,
                 update(JobRow)
-                .where(JobRow.id == job_id, JobRow.status == "queued")
+                .where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED)
                 .values(
-                    status="running",
+                    status=JobStatus.RUNNING,
                     worker_id=worker_id,
                     started_at=now,
                     heartbeat_at=now,
@@ -109,9 +113,7 @@ def heartbeat(factory: SessionFactory, job_id: int, worker_id: str) -> Beat:
     with factory() as session:
         owned = _changed(
             session,
-            update(JobRow)
-            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
-            .values(heartbeat_at=utcnow()),
+            update(JobRow).where(*_held_by(job_id, worker_id)).values(heartbeat_at=utcnow()),
         )
         session.commit()
         if owned != 1:
@@ -133,7 +135,7 @@ def requeue_stale(
     with factory() as session:
         stale = session.execute(
             select(JobRow.id, JobRow.attempts, JobRow.cancel_requested, JobRow.worker_id).where(
-                JobRow.status == "running", JobRow.heartbeat_at < cutoff
+                JobRow.status == JobStatus.RUNNING, JobRow.heartbeat_at < cutoff
             )
         ).all()
         for job_id, attempts, cancel, worker_id in stale:
@@ -141,21 +143,23 @@ def requeue_stale(
             values: dict[str, Any] = {"worker_id": None, "attempts": attempts}
             payload = {"worker_id": worker_id, "attempts": attempts}
             if cancel:
-                kind = values["status"] = "cancelled"
+                kind = values["status"] = JobStatus.CANCELLED
                 values["finished_at"] = utcnow()
             elif attempts >= max_attempts:
-                kind = values["status"] = "failed"
+                kind = values["status"] = JobStatus.FAILED
                 values["finished_at"] = utcnow()
                 values["error"] = f"its worker stopped heartbeating {attempts} times; giving up"
                 payload["error"] = values["error"]
             else:
-                values["status"] = "queued"
+                values["status"] = JobStatus.QUEUED
                 kind = "requeued"
             done = _changed(
                 session,
                 update(JobRow)
                 .where(
-                    JobRow.id == job_id, JobRow.status == "running", JobRow.heartbeat_at < cutoff
+                    JobRow.id == job_id,
+                    JobRow.status == JobStatus.RUNNING,
+                    JobRow.heartbeat_at < cutoff,
                 )
                 .values(**values),
             )
@@ -183,7 +187,7 @@ def finish(
         done = _changed(
             session,
             update(JobRow)
-            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
+            .where(*_held_by(job_id, worker_id))
             .values(status=status, error=error, artifact_id=artifact_id, finished_at=utcnow()),
         )
         if done == 1:
@@ -203,8 +207,8 @@ def release(factory: SessionFactory, job_id: int, worker_id: str, reason: str) -
         done = _changed(
             session,
             update(JobRow)
-            .where(JobRow.id == job_id, JobRow.worker_id == worker_id, JobRow.status == "running")
-            .values(status="queued", worker_id=None),
+            .where(*_held_by(job_id, worker_id))
+            .values(status=JobStatus.QUEUED, worker_id=None),
         )
         if done == 1:
             append_event(session, job_id, "released", {"worker_id": worker_id, "reason": reason})
@@ -221,8 +225,8 @@ def request_cancel(session: Session, job_id: int) -> None:
     cancelled = _changed(
         session,
         update(JobRow)
-        .where(JobRow.id == job_id, JobRow.status == "queued")
-        .values(status="cancelled", cancel_requested=True, finished_at=now),
+        .where(JobRow.id == job_id, JobRow.status == JobStatus.QUEUED)
+        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now),
     )
     if cancelled == 1:
         append_event(session, job_id, "cancelled", {"while": "queued"})
@@ -231,7 +235,7 @@ def request_cancel(session: Session, job_id: int) -> None:
     flagged = _changed(
         session,
         update(JobRow)
-        .where(JobRow.id == job_id, JobRow.status == "running")
+        .where(JobRow.id == job_id, JobRow.status == JobStatus.RUNNING)
         .values(cancel_requested=True),
     )
     if flagged == 1:

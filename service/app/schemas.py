@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from convtune.db.models import JobStatus
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 
 _DEFAULTS = TuneOptions()
-
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class ErrorDetail(BaseModel):

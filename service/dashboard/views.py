@@ -21,10 +21,10 @@ from convtune.db.models import (
     TuningRecordRow,
     WorkloadRow,
 )
+from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
 from convtune.tuner.search import task_budget
 
 from ..app.core.errors import not_found
-from ..app.crud import NO_RECORDS, RecordStats, record_stats
 from . import series
 from .traces import summarize_trace
 

@@ -51,7 +51,9 @@ def test_every_convtune_service_shares_database_and_data():
 def test_dockerfile_installs_the_package_and_serves():
     text = (REPO / "Dockerfile").read_text()
     assert "FROM python:3.11" in text
-    assert "pip install ." in text
+    # Dependencies in a layer of their own, before the code: a code change reuses it.
+    assert text.index("pip install -r /tmp/requirements.txt") < text.index("COPY tuner/")
+    assert "pip install --no-deps ." in text
     for package_dir in ("tuner/", "schedules/", "db/", "service/"):
         assert f"COPY {package_dir}" in text
     assert 'CMD ["convtune", "serve"]' in text

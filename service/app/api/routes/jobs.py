@@ -13,11 +13,11 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from convtune.db.models import JobEventRow, JobRow
+from convtune.db.models import TERMINAL_STATUSES, JobEventRow, JobRow
 
 from ... import crud, queue
 from ...core.errors import not_found
-from ...schemas import TERMINAL_STATUSES, ErrorOut, JobOut
+from ...schemas import ErrorOut, JobOut
 from ..deps import SessionDep, SettingsDep, TokenDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
