@@ -145,15 +145,26 @@ def _console() -> Console:
 # bench
 # ---------------------------------------------------------------------------------------------
 
+BENCH_ROUNDS = 20  # interleaved: rounds of A B C in one process
+ISOLATED_ROUNDS = 5  # isolated: rounds of one process per contender
+
 
 def bench_table(result: ModelBench) -> Table:
-    """Contenders in run order: time, GFLOP/s, % of peak and time relative to onnxruntime."""
+    """Contenders in run order: time, GFLOP/s, % of peak, time relative to onnxruntime and to the
+    fastest peer; the title says how they were timed (interleaved, or isolated at their best)."""
     doc = result.as_dict()
+    how = (
+        "each alone in its own process, best configuration"
+        if doc["mode"] == "isolated"
+        else "interleaved in one process, onnxruntime not spinning"
+    )
     title = (
         f"{doc['model']}: {doc['gflop']:.2f} GFLOP, {doc['threads']} threads, "
-        f"peak {doc['peak_gflops']:.0f} GFLOP/s ({doc['peak_source']})"
+        f"peak {doc['peak_gflops']:.0f} GFLOP/s ({doc['peak_source']}); {how}"
     )
-    return rich_table(BENCH_COLUMNS, bench_rows(doc), title)
+    table = rich_table(BENCH_COLUMNS, bench_rows(doc), title)
+    table.caption = "\n".join(doc["notes"]) or None
+    return table
 
 
 @perf_app.command("bench")
@@ -162,7 +173,9 @@ def bench(
     artifact: ArtifactOption = None,
     threads: ThreadsOption = None,
     input_shape: InputShapeOption = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds per contender.")] = 20,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Measured rounds per contender.")
+    ] = BENCH_ROUNDS,
     warmup: Annotated[int, typer.Option(min=0, help="Discarded warm-up rounds.")] = 3,
     skip_untuned: Annotated[
         bool, typer.Option("--skip-untuned", help="Leave out the untuned TVM build.")
@@ -170,29 +183,55 @@ def bench(
     untuned_budget: Annotated[
         float, typer.Option(min=0.0, help="Seconds the untuned build may run (naive loops).")
     ] = 20.0,
+    isolated: Annotated[
+        bool,
+        typer.Option(
+            "--isolated",
+            help="Each contender in its best configuration, alone in its own process per round "
+            "(onnxruntime spinning, OpenVINO LATENCY hint, ours tuned); no untuned build. "
+            "--rounds counts process rounds then (default 5).",
+        ),
+    ] = False,
+    openvino: Annotated[
+        bool, typer.Option(help="OpenVINO as a peer when installed (the `bench` extra).")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print ONE JSON line.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Tuned artifact vs untuned TVM vs onnxruntime, interleaved in one process, same threads."""
-    from convtune.tuner.bench import bench_model, untuned_library
+    """Tuned artifact vs untuned TVM vs onnxruntime and OpenVINO on the same threads:
+    interleaved in one process, or (--isolated) each alone at its best."""
+    from convtune.tuner.bench import bench_model, isolated_bench, untuned_library
 
     with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
         engine = open_database(db)
         peak_gflops, peak_source = _peak(engine, target, n_threads)
-        untuned = None if skip_untuned else untuned_library(ingested, target, _data_dir())
-        result = bench_model(
-            ingested,
-            threads=n_threads,
-            peak_gflops=peak_gflops,
-            peak_source=peak_source,
-            artifact=artifact,
-            untuned=untuned,
-            rounds=rounds,
-            warmup=warmup,
-            untuned_budget_s=untuned_budget,
-        )
+        if isolated:
+            result = isolated_bench(
+                ingested,
+                threads=n_threads,
+                peak_gflops=peak_gflops,
+                peak_source=peak_source,
+                artifact=artifact,
+                rounds=rounds if rounds != BENCH_ROUNDS else ISOLATED_ROUNDS,
+                openvino=openvino,
+            )
+        else:
+            untuned = None if skip_untuned else untuned_library(ingested, target, _data_dir())
+            result = bench_model(
+                ingested,
+                threads=n_threads,
+                peak_gflops=peak_gflops,
+                peak_source=peak_source,
+                artifact=artifact,
+                untuned=untuned,
+                rounds=rounds,
+                warmup=warmup,
+                untuned_budget_s=untuned_budget,
+                openvino=openvino,
+            )
         doc = result.as_dict()
+        # The last bench of the artifact, either mode (``doc["mode"]`` says which).
         doc["artifact_id"] = _store(engine, artifact, bench=doc)
     if as_json:
         typer.echo(json.dumps(doc))

@@ -1,18 +1,38 @@
-"""Model-level bench: the tuned artifact, the untuned TVM build and onnxruntime, interleaved."""
+"""Model-level bench: the tuned artifact against the untuned TVM build and the peers.
+
+Two modes:
+
+- interleaved (:func:`bench_model`): every contender in one process, A B C A B C …, onnxruntime
+  without spinning threads so that it leaves the cores to whoever runs next. Machine noise hits
+  all contenders alike, but nobody runs in its best configuration.
+- isolated (:func:`isolated_bench`): each contender in its best configuration, alone in a
+  process of its own (one subprocess per contender per round, the order rotating from round to
+  round); the figure of a contender is the median of its round medians. onnxruntime spins,
+  OpenVINO runs with the LATENCY hint in fp32, our artifact with :data:`TVM_BEST_ENV`. This is
+  the headline comparison; measured on MobileNetV2 it was 1.2-1.3x less kind to convtune than the
+  interleaved one (see the README).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from .errors import ConvtuneError
 from .options import DEFAULT_LAYOUT, Layout
-from .reference import ort_session
-from .timing import Stats, interleaved
+from .reference import openvino_runner, openvino_version, ort_session
+from .timing import Stats, interleaved, summarize
 
 if TYPE_CHECKING:
     from tvm.target import Target
@@ -20,7 +40,12 @@ if TYPE_CHECKING:
     from convtune.tuner.ingest import IngestedModel
 
 
-TUNED, UNTUNED, ORT = "tuned", "untuned", "onnxruntime"
+TUNED, UNTUNED, ORT, OPENVINO = "tuned", "untuned", "onnxruntime", "openvino"
+#: The other runtimes convtune is compared with; the fastest of them is "the best peer".
+PEERS = (ORT, OPENVINO)
+INTERLEAVED, ISOLATED = "interleaved", "isolated"
+#: Said in every bench that leaves OpenVINO out because it is not installed.
+NO_OPENVINO = "OpenVINO not installed (pip install 'convtune[bench]'): its column is left out"
 
 
 def untuned_library(
@@ -57,7 +82,12 @@ def untuned_library(
 
 @dataclass(frozen=True)
 class ModelBench:
-    """Per contender (``tuned``/``untuned``/``onnxruntime``, in run order) stats and figures."""
+    """Per contender (``tuned``/``untuned``/``onnxruntime``/``openvino``, in run order) stats.
+
+    ``mode`` says how they were timed (:data:`INTERLEAVED` or :data:`ISOLATED`); in isolated mode
+    ``round_medians`` holds each contender's median per round (seconds) and ``stats`` summarises
+    those round medians.
+    """
 
     model: str
     sha256: str
@@ -66,11 +96,22 @@ class ModelBench:
     peak_gflops: float
     peak_source: str
     stats: dict[str, Stats]
+    mode: str = INTERLEAVED
+    round_medians: dict[str, list[float]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def best_peer(self) -> str | None:
+        """The peer (onnxruntime, OpenVINO) with the lowest median, None if none was timed."""
+        peers = [name for name in PEERS if name in self.stats]
+        return min(peers, key=lambda name: self.stats[name].median) if peers else None
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, times in ms; ``time_vs_ort``: median over onnxruntime's (<1: faster)."""
+        """JSON-ready, times in ms; ``time_vs_ort``: median over onnxruntime's (<1: faster);
+        ``time_vs_best_peer``: median over the fastest peer's (the headline ratio)."""
         ort_median = self.stats[ORT].median if ORT in self.stats else None
-        results = {}
+        best = self.best_peer()
+        best_median = self.stats[best].median if best else None
+        results: dict[str, dict[str, Any]] = {}
         for name, s in self.stats.items():
             gflops = self.gflop / s.median if s.median > 0 else 0.0
             results[name] = {
@@ -83,7 +124,10 @@ class ModelBench:
                 "gflops": gflops,
                 "pct_peak": 100.0 * gflops / self.peak_gflops if self.peak_gflops else None,
                 "time_vs_ort": s.median / ort_median if ort_median else None,
+                "time_vs_best_peer": s.median / best_median if best_median else None,
             }
+            if name in self.round_medians:
+                results[name]["round_medians_ms"] = [t * 1e3 for t in self.round_medians[name]]
         return {
             "model": self.model,
             "sha256": self.sha256,
@@ -91,8 +135,11 @@ class ModelBench:
             "gflop": self.gflop,
             "peak_gflops": self.peak_gflops,
             "peak_source": self.peak_source,
+            "mode": self.mode,
+            "best_peer": best,
             "order": list(self.stats),
             "results": results,
+            "notes": list(self.notes),
         }
 
 
@@ -108,13 +155,15 @@ def bench_model(
     warmup: int = 3,
     min_round_s: float = 0.05,
     untuned_budget_s: float = 20.0,
+    openvino: bool = True,
 ) -> ModelBench:
-    """Run the tuned ``artifact``, the ``untuned`` library and onnxruntime interleaved.
+    """Run the tuned ``artifact``, the ``untuned`` library, onnxruntime and OpenVINO interleaved.
 
-    All three get the same random inputs (seed 0) and ``threads`` threads (TVM's pool via
-    ``set_threads``, onnxruntime's intra-op pool). A missing ``artifact``/``untuned`` is left out.
-    The untuned build stops being timed once it has used ``untuned_budget_s`` seconds (naive loops
-    take seconds per call on a real CNN) but always gets one sample.
+    All get the same random inputs (seed 0) and ``threads`` threads (TVM's pool via
+    ``set_threads``, onnxruntime's intra-op pool, OpenVINO's inference threads). A missing
+    ``artifact``/``untuned`` is left out, and so is OpenVINO when not installed or ``openvino`` is
+    False. The untuned build stops being timed once it has used ``untuned_budget_s`` seconds
+    (naive loops take seconds per call on a real CNN) but always gets one sample.
     """
     from .flops import model_flops
     from .runtime import Artifact, set_threads
@@ -128,8 +177,16 @@ def bench_model(
         runners[TUNED] = Artifact.load(artifact, names).runner(feeds)
     if untuned is not None:
         runners[UNTUNED] = Artifact.load(untuned, names).runner(feeds)
-    session = ort_session(ingested.model.SerializeToString(), threads)
+    model_bytes = ingested.model.SerializeToString()
+    session = ort_session(model_bytes, threads)
     runners[ORT] = lambda: session.run(None, feeds)
+    notes: list[str] = []
+    if openvino:
+        ov_run = openvino_runner(model_bytes, threads, feeds)
+        if ov_run is None:
+            notes.append(NO_OPENVINO)
+        else:
+            runners[OPENVINO] = ov_run
     stats = interleaved(
         runners,
         warmup=warmup,
@@ -145,4 +202,185 @@ def bench_model(
         peak_gflops=peak_gflops,
         peak_source=peak_source,
         stats=stats,
+        notes=tuple(notes),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# isolated: each contender alone in its own process, in its best configuration
+# ---------------------------------------------------------------------------------------------
+
+#: Our artifact's best runtime settings, set in the environment of its own process (TVM reads
+#: them when its thread pool starts). TVM_NUM_THREADS is set to the bench's thread count too.
+TVM_BEST_ENV: dict[str, str] = {}
+
+
+def _contender_runner(
+    name: str,
+    model_bytes: bytes,
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    artifact: Path | None,
+) -> Callable[[], object]:
+    """The zero-argument callable timing ``name`` in its best configuration."""
+    if name == TUNED:
+        from .runtime import Artifact, set_threads
+
+        if artifact is None:
+            raise ConvtuneError("bench: the tuned contender needs an artifact")
+        set_threads(threads)
+        return Artifact.load(artifact, list(feeds)).runner(feeds)
+    if name == ORT:
+        session = ort_session(model_bytes, threads, spinning=True)
+        return lambda: session.run(None, dict(feeds))
+    if name == OPENVINO:
+        run = openvino_runner(model_bytes, threads, feeds)
+        if run is None:
+            raise ConvtuneError(NO_OPENVINO)
+        return run
+    raise ConvtuneError(f"bench: unknown contender {name!r}")
+
+
+def _child_main(spec_json: str) -> None:
+    """One contender, one round, in this (fresh) process: print its Stats as one JSON line."""
+    spec = json.loads(spec_json)
+    with np.load(spec["feeds"]) as data:
+        feeds = {name: data[f"arr_{i}"] for i, name in enumerate(spec["inputs"])}
+    run = _contender_runner(
+        spec["contender"],
+        Path(spec["model"]).read_bytes(),
+        feeds,
+        spec["threads"],
+        Path(spec["artifact"]) if spec["artifact"] else None,
+    )
+    stats = interleaved(
+        {spec["contender"]: run},
+        warmup=spec["warmup"],
+        rounds=spec["samples"],
+        min_round_s=spec["min_round_s"],
+    )
+    print(json.dumps(stats[spec["contender"]].as_dict()))
+
+
+def _run_child(spec: dict[str, Any], env: Mapping[str, str], timeout_s: float) -> Stats:
+    cmd = [sys.executable, "-m", "convtune.tuner.bench", json.dumps(spec)]
+    try:
+        done = subprocess.run(
+            cmd, env=dict(env), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise ConvtuneError(
+            f"bench: {spec['contender']} did not finish a round in {timeout_s:.0f} s"
+        ) from None
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ConvtuneError(f"bench: {spec['contender']} failed in its own process: {tail}")
+    return Stats(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def contender_env(name: str, threads: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a contender's own process: ours gets :data:`TVM_BEST_ENV` and a TVM
+    pool of exactly ``threads`` threads; the peers get the environment as it is."""
+    env = dict(os.environ if base is None else base)
+    if name == TUNED:
+        env["TVM_NUM_THREADS"] = str(threads)
+        env.update(TVM_BEST_ENV)
+    return env
+
+
+def isolated_bench(
+    ingested: IngestedModel,
+    *,
+    threads: int,
+    peak_gflops: float,
+    peak_source: str,
+    artifact: Path | None = None,
+    rounds: int = 5,
+    warmup: int = 10,
+    samples: int = 15,
+    min_round_s: float = 0.05,
+    openvino: bool = True,
+    timeout_s: float = 600.0,
+    contenders: Sequence[str] | None = None,
+) -> ModelBench:
+    """Each contender in its best configuration, alone in its own process, ``rounds`` times.
+
+    Round ``r`` starts one subprocess per contender, in an order rotated by ``r`` (nobody always
+    runs first, right after another contender's process has warmed or heated the machine); each
+    loads its runtime, makes ``warmup`` discarded calls and ``samples`` timed slots (batched to
+    ``min_round_s`` like :func:`~convtune.tuner.timing.interleaved`), and reports its median. A
+    contender's figure summarises its round medians. Inputs are the interleaved bench's (seed 0).
+    OpenVINO is left out with a note when not installed.
+    """
+    from .verify import random_feeds
+
+    if rounds < 1 or samples < 1 or warmup < 0:
+        raise ConvtuneError(
+            "bench: need rounds >= 1, samples >= 1, warmup >= 0 "
+            f"(got {rounds}, {samples}, {warmup})"
+        )
+    names = list(contenders) if contenders is not None else [TUNED, ORT, OPENVINO]
+    if artifact is None and TUNED in names:
+        names.remove(TUNED)
+    notes: list[str] = []
+    if OPENVINO in names and (not openvino or openvino_version() is None):
+        names.remove(OPENVINO)
+        if openvino:
+            notes.append(NO_OPENVINO)
+    if not names:
+        raise ConvtuneError("bench: nothing to run")
+    feeds = random_feeds(ingested.inputs, seed=0)
+    per_round: dict[str, list[Stats]] = {name: [] for name in names}
+    with tempfile.TemporaryDirectory(prefix="convtune-bench-") as tmp:
+        model_path, feeds_path = Path(tmp) / "model.onnx", Path(tmp) / "feeds.npz"
+        model_path.write_bytes(ingested.model.SerializeToString())
+        np.savez(feeds_path, *[feeds[s.name] for s in ingested.inputs])
+        base = {
+            "model": str(model_path),
+            "feeds": str(feeds_path),
+            "inputs": [s.name for s in ingested.inputs],
+            "artifact": str(artifact) if artifact is not None else None,
+            "threads": threads,
+            "warmup": warmup,
+            "samples": samples,
+            "min_round_s": min_round_s,
+        }
+        for r in range(rounds):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                env = contender_env(name, threads)
+                per_round[name].append(_run_child({**base, "contender": name}, env, timeout_s))
+    return _isolated_result(ingested, threads, peak_gflops, peak_source, per_round, notes)
+
+
+def _isolated_result(
+    ingested: IngestedModel,
+    threads: int,
+    peak_gflops: float,
+    peak_source: str,
+    per_round: Mapping[str, list[Stats]],
+    notes: Sequence[str],
+) -> ModelBench:
+    """Summarise round medians per contender (the order of ``per_round`` is the table's)."""
+    from .flops import model_flops
+
+    medians = {name: [s.median for s in stats] for name, stats in per_round.items()}
+    return ModelBench(
+        model=ingested.name,
+        sha256=ingested.sha256,
+        threads=threads,
+        gflop=model_flops(ingested.model).gflops,
+        peak_gflops=peak_gflops,
+        peak_source=peak_source,
+        stats={
+            name: summarize(values, per_round[name][0].calls_per_round)
+            for name, values in medians.items()
+        },
+        mode=ISOLATED,
+        round_medians=medians,
+        notes=tuple(notes),
+    )
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])

@@ -61,6 +61,7 @@ BENCH_COLUMNS: tuple[Column, ...] = (
     Column("GFLOP/s", _key("gflops"), ".1f"),
     Column("% peak", _key("pct_peak"), ".1f"),
     Column("time / onnxruntime", _key("time_vs_ort"), ".2f"),
+    Column("time / best peer", _key("time_vs_best_peer"), ".2f"),
 )
 
 #: One row per layer of ``profile_model``.

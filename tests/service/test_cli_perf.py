@@ -23,6 +23,7 @@ from convtune.service.cli import app
 from convtune.tuner.ingest import load_model
 from convtune.tuner.library import compile_untuned, file_sha256
 from convtune.tuner.peak import PeakResult
+from convtune.tuner.reference import openvino_version
 from convtune.tuner.results import store_peak
 from convtune.tuner.target import make_target
 from tests.models import conv_net, three_conv_cnn, to_bytes
@@ -86,6 +87,10 @@ def _invoke(*args: str):
     return result
 
 
+#: OpenVINO is an optional peer: a column when installed (the bench extra), a note otherwise.
+PEER_OPENVINO = ["openvino"] if openvino_version() else []
+
+
 def test_bench_json_is_one_line_in_run_order_and_stored(known):
     result = _invoke(
         "bench", known.model, "--artifact", known.so_path, "--rounds", 3, "--warmup", 1,
@@ -95,7 +100,8 @@ def test_bench_json_is_one_line_in_run_order_and_stored(known):
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1
     doc = json.loads(lines[0])
-    assert doc["order"] == ["tuned", "untuned", "onnxruntime"]
+    assert doc["order"] == ["tuned", "untuned", "onnxruntime", *PEER_OPENVINO]
+    assert doc["mode"] == "interleaved"
     assert doc["threads"] == 1  # the manifest's
     assert doc["peak_source"] == "database" and doc["peak_gflops"] == 100.0  # 1-core figure
     assert doc["gflop"] > 0
@@ -114,13 +120,42 @@ def test_bench_json_is_one_line_in_run_order_and_stored(known):
 
 def test_bench_without_artifact_or_untuned_runs_onnxruntime_alone(known):
     result = _invoke(
-        "bench", known.model, "--skip-untuned", "--threads", 2, "--rounds", 2, "--json",
-        "--db", known.db_url,
+        "bench", known.model, "--skip-untuned", "--no-openvino", "--threads", 2, "--rounds", 2,
+        "--json", "--db", known.db_url,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["order"] == ["onnxruntime"] and doc["threads"] == 2
+    assert doc["best_peer"] == "onnxruntime" and doc["notes"] == []
     assert doc["peak_gflops"] == 180.0 and doc["artifact_id"] is None
+
+
+def test_isolated_bench_reports_round_medians_and_ratios_to_the_best_peer(known):
+    result = _invoke(
+        "bench", known.model, "--artifact", known.so_path, "--isolated", "--rounds", 2,
+        "--json", "--db", known.db_url,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["mode"] == "isolated"
+    # No untuned build in isolated mode: ours and the peers, each in its own process per round.
+    assert doc["order"] == ["tuned", "onnxruntime", *PEER_OPENVINO]
+    assert (doc["notes"] == []) == bool(PEER_OPENVINO)
+    results = doc["results"]
+    for name in doc["order"]:
+        r = results[name]
+        assert r["rounds"] == 2 and len(r["round_medians_ms"]) == 2
+        # A contender's figure is the median of its round medians.
+        assert r["median_ms"] == pytest.approx(sum(r["round_medians_ms"]) / 2)
+    peers = [n for n in ("onnxruntime", "openvino") if n in results]
+    best = min(peers, key=lambda n: results[n]["median_ms"])
+    assert doc["best_peer"] == best
+    for name in doc["order"]:
+        ratio = results[name]["median_ms"] / results[best]["median_ms"]
+        assert results[name]["time_vs_best_peer"] == pytest.approx(ratio)
+        ort_ratio = results[name]["median_ms"] / results["onnxruntime"]["median_ms"]
+        assert results[name]["time_vs_ort"] == pytest.approx(ort_ratio)
+    assert _stored(known).bench["mode"] == "isolated"
 
 
 def test_profile_writes_json_csv_and_stores_rows(known, tmp_path):

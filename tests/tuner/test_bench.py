@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from convtune.tuner.errors import ConvtuneError, InvalidModelError
-from convtune.tuner.reference import ort_session
+from convtune.tuner.reference import openvino_runner, openvino_version, ort_session
 from convtune.tuner.timing import interleaved, summarize
 
 
@@ -76,6 +76,26 @@ def test_ort_session_threads_and_result():
     assert opts.inter_op_num_threads == 1
     x = np.array([[-1, 2, -3], [4, -5, 6]], dtype=np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.maximum(x, 0))
+
+
+def test_ort_best_configuration_spins_and_the_interleaved_one_does_not():
+    key = "session.intra_op.allow_spinning"
+    interleaved_opts = ort_session(_relu_model(), threads=1).get_session_options()
+    assert interleaved_opts.get_session_config_entry(key) == "0"
+    best = ort_session(_relu_model(), threads=2, spinning=True).get_session_options()
+    assert best.intra_op_num_threads == 2
+    # Left at onnxruntime's default, which spins: the entry is not set at all.
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        best.get_session_config_entry(key)
+
+
+@pytest.mark.skipif(openvino_version() is None, reason="OpenVINO not installed (bench extra)")
+def test_openvino_runner_computes_the_model():
+    x = np.array([[-1, 2, -3], [4, -5, 6]], dtype=np.float32)
+    run = openvino_runner(_relu_model(), threads=1, feeds={"x": x})
+    assert run is not None
+    result = run()
+    np.testing.assert_array_equal(next(iter(result.values())), np.maximum(x, 0))
 
 
 def test_ort_session_rejects_garbage_in_one_line():
