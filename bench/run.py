@@ -91,7 +91,7 @@ def bench_section(title: str, bench: dict[str, Any] | None) -> list[str]:
         return []
     lines = [f"## {title} ({bench['threads']} threads, {bench['gflop']:.2f} GFLOP)", ""]
     lines += markdown(BENCH_COLUMNS, bench_rows(bench))
-    lines += ["", *bench.get("notes", [])]
+    lines += ["", *bench.get("notes", []), ""]
     if bench.get("mode") == "isolated":
         medians = "; ".join(
             f"{name} {', '.join(f'{t:.2f}' for t in r['round_medians_ms'])}"
