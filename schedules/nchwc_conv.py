@@ -42,19 +42,27 @@ def is_blocked_conv(mod: IRModule) -> bool:
     )
 
 
-def schedule_blocked_conv(sch: Schedule) -> None:
-    """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place)."""
+def conv_and_epilogue(
+    sch: Schedule, space: str
+) -> tuple[SBlockRV, SBlockRV | None, list[SBlockRV]]:
+    """The conv2d_NCHWc block (marked as produced by ``space``), its elementwise epilogue inlined
+    into one output block (None without an epilogue), and the blocks before the conv."""
     root = sch.get_sblock("root")
     blocks = sch.get_child_blocks(root)
     names = [sch.get(b).name_hint for b in blocks]
     conv = blocks[names.index(CONV_BLOCK)]
-    mark_space(sch, conv, SPACE_NAME)
+    mark_space(sch, conv, space)
     # The elementwise epilogue (bias, BN, ReLU, residual add) becomes one block after the conv.
     epilogue = blocks[names.index(CONV_BLOCK) + 1 :]
     for block in epilogue[:-1]:
         sch.compute_inline(block)
     output = epilogue[-1] if epilogue else None
+    return conv, output, list(blocks[: names.index(CONV_BLOCK)])
 
+
+def schedule_blocked_conv(sch: Schedule) -> None:
+    """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place)."""
+    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
     _, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
     lanes = int(sch.get(oc_block).extent)
     reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=MAX_REGISTER_BLOCK)
@@ -76,11 +84,11 @@ def schedule_blocked_conv(sch: Schedule) -> None:
     # The zero-fill of the accumulators happens once per segment, before the reduction; LLVM
     # vectorises it (its loop count depends on the tile sizes, so it is not scheduled here).
     sch.decompose_reduction(conv, ic_outer)
-    for block in blocks[: names.index(CONV_BLOCK)]:
-        _parallel_vectorize(sch, block)
+    for block in prologue:
+        parallel_vectorize(sch, block)
 
 
-def _parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:
+def parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:
     """Padding / layout copies before the conv: outer loops parallel, the channel block vector."""
     loops = sch.get_loops(block)
     if len(loops) >= 2:

@@ -15,10 +15,12 @@ from tvm.target import Target
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
+from .nchwc_conv2d import PointwiseConvSpace
 
 SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
     RegisterBlockedConvSpace(),
+    PointwiseConvSpace(),
 )
 
 

@@ -6,13 +6,10 @@ only the order of the fp32 sums differs), and whole models with onnxruntime.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import tvm
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tvm import s_tir
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.db.models import TuningRecordRow
 from convtune.schedules.nchwc_conv import SPACE_NAME, is_blocked_conv, schedule_blocked_conv
@@ -22,6 +19,7 @@ from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
+from tests.schedules.kernels import assert_close, conv_task, random_args, run
 
 CONFIGS = {
     "3x3": dict(in_channels=32, out_channels=32, size=14),
@@ -35,41 +33,17 @@ CONFIGS = {
 }
 
 
-def _blocked_conv_task(config: dict):
-    ingested = load_model(to_bytes(conv_net(**config)))
-    _, tasks = extract_tasks(ingested, make_target(None), "nchwc")
-    blocked = [task for task in tasks if is_blocked_conv(task.mod)]
-    assert len(blocked) == 1 and blocked[0].onnx_nodes == ["conv0"]
-    return blocked[0]
-
-
-def _run(mod, args: list[np.ndarray]) -> np.ndarray:
-    lib = tvm.compile(mod, target=make_target(None))
-    device = tvm.cpu()
-    tensors = [tvm.runtime.tensor(a, device) for a in args]
-    lib(*tensors)
-    return tensors[-1].numpy()
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_scheduled_kernel_equals_the_unscheduled_one(name: str) -> None:
-    task = _blocked_conv_task(CONFIGS[name])
-    rng = np.random.default_rng(0)
-    args = [
-        rng.standard_normal([int(d) for d in info.shape]).astype("float32")
-        for info in ArgInfo.from_prim_func(task.mod["main"])
-    ]
-    reference = _run(task.mod, [a.copy() for a in args])
+    task = conv_task(CONFIGS[name], is_blocked_conv)
+    args = random_args(task.mod)
+    reference = run(task.mod, args)
     register_blocks = set()
     for seed in (1, 2, 3):
         sch = s_tir.Schedule(task.mod, seed=seed)
         schedule_blocked_conv(sch)
         register_blocks.add(str(sch.trace.decisions))
-        # The same fp32 products, summed in another order (verify.py's tolerance policy).
-        atol = 1e-4 * max(1.0, float(np.abs(reference).max()))
-        np.testing.assert_allclose(
-            _run(sch.mod, [a.copy() for a in args]), reference, rtol=1e-4, atol=atol
-        )
+        assert_close(run(sch.mod, args), reference)
     assert register_blocks  # the decisions were sampled and recorded
 
 

@@ -1,0 +1,52 @@
+"""Helpers for the kernel tests: one task of a small model, its arguments, and running it.
+
+A scheduled kernel is checked against the unscheduled TIR of the same task: the same fp32
+products, summed in another order, so they agree within verify.py's tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tvm
+from tvm.ir import IRModule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+from convtune.tuner.extract import ModelTask, extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.target import make_target
+from convtune.tuner.verify import ATOL, RTOL
+from tests.models import conv_net, to_bytes
+
+
+def conv_task(config: dict, applies: Callable[[IRModule], bool]) -> ModelTask:
+    """The one task of ``conv_net(**config)`` in the blocked layout for which ``applies``."""
+    ingested = load_model(to_bytes(conv_net(**config)))
+    _, tasks = extract_tasks(ingested, make_target(None), "nchwc")
+    found = [task for task in tasks if applies(task.mod)]
+    assert len(found) == 1 and found[0].onnx_nodes == ["conv0"]
+    return found[0]
+
+
+def random_args(mod: IRModule, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal([int(d) for d in info.shape]).astype("float32")
+        for info in ArgInfo.from_prim_func(mod["main"])
+    ]
+
+
+def run(mod: IRModule, args: list[np.ndarray]) -> np.ndarray:
+    """The last argument (TIR's destination) after running ``mod`` on copies of ``args``."""
+    lib = tvm.compile(mod, target=make_target(None))
+    device = tvm.cpu()
+    tensors = [tvm.runtime.tensor(a.copy(), device) for a in args]
+    lib(*tensors)
+    return tensors[-1].numpy()
+
+
+def assert_close(got: np.ndarray, reference: np.ndarray) -> None:
+    """verify.py's tolerance policy: the absolute part scales with the output's magnitude."""
+    atol = ATOL * max(1.0, float(np.abs(reference).max()))
+    np.testing.assert_allclose(got, reference, rtol=RTOL, atol=atol)
