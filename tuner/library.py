@@ -14,11 +14,10 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
+from .artifact_files import LIBRARY_NAME
 from .extract import RelaxModel, model_for_target
 from .ingest import IngestedModel
 from .options import DEFAULT_LAYOUT, Layout
-
-LIBRARY_NAME = "model.so"
 
 
 def build_library(

@@ -33,6 +33,14 @@ class Layout(StrEnum):
 
 DEFAULT_LAYOUT = Layout.NCHWC
 
+# Elementwise and pooling tasks have small spaces that converge in a few trials.
+OTHER_TASK_TRIALS = 8
+
+
+def task_budget(kind: str, trials_per_task: int) -> int:
+    """Trials a task of ``kind`` ("conv", "gemm", "matmul" or "other") gets from a job."""
+    return trials_per_task if kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
+
 
 @dataclass
 class TuneOptions:

@@ -18,11 +18,12 @@ from tvm.target import Target
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
 from convtune.db.ms_database import SQLDatabase
 
+from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
 from .extract import ModelTask, RelaxModel, extract_tasks
 from .ingest import IngestedModel
 from .library import build_library, file_sha256
 from .options import DEFAULT_LAYOUT, Layout, TuneOptions
-from .runtime import MANIFEST_NAME, Artifact, set_threads
+from .runtime import Artifact, set_threads
 from .search import EventSink, SearchResult, run_search
 from .target import make_target, target_threads
 from .verify import verify_artifact
@@ -181,7 +182,7 @@ def tune_model(
     emit("verified", verification.as_dict())
     layers = layer_figures(prepared)
     manifest = {
-        "format": "convtune-artifact/1",
+        "format": MANIFEST_FORMAT,
         "model": {"name": ingested.name, "sha256": ingested.sha256},
         "inputs": [_spec_dict(s) for s in ingested.inputs],
         "outputs": [_spec_dict(s) for s in ingested.outputs],

@@ -19,9 +19,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .artifact_files import MANIFEST_NAME
 from .errors import ConvtuneError
 
-MANIFEST_NAME = "manifest.json"
 _BIG_CORES = 1  # config_threadpool mode: the "big" cores, i.e. all of them on a symmetric CPU
 
 

@@ -42,11 +42,10 @@ from convtune.schedules.registry import SPACES, space_of, union_space
 
 from .builder import CandidateBuilder
 from .extract import ModelTask
+from .options import task_budget
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
-# Elementwise and pooling tasks have small spaces that converge in a few trials.
-OTHER_TASK_TRIALS = 8
 # A trial's timing: enough repeats to be stable on a shared machine, without dominating the
 # search (candidate compilation takes ~1.5 s; one measurement should take well under that).
 EVALUATOR = EvaluatorConfig(number=3, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
@@ -80,11 +79,6 @@ def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
     measurements themselves.
     """
     return EvolutionarySearch(population_size=min(512, max(64, 8 * trials_per_task)))
-
-
-def task_budget(kind: str, trials_per_task: int) -> int:
-    """Trials a task of ``kind`` ("conv", "gemm", "matmul" or "other") gets from a job."""
-    return trials_per_task if kind != "other" else min(trials_per_task, OTHER_TASK_TRIALS)
 
 
 def plan_search(

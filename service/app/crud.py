@@ -22,10 +22,8 @@ from convtune.db.models import (
     ModelRow,
     ModelWorkloadRow,
 )
-from convtune.db.ms_database import SQLDatabase
 from convtune.db.stats import NO_RECORDS, record_stats
-from convtune.tuner.search import task_budget
-from convtune.tuner.target import make_target
+from convtune.tuner.options import task_budget
 
 from .core.errors import ApiError, not_found
 from .schemas import JobCreate, JobOut, LayerProgress, ModelOut, ModelSummary, WorkloadOut
@@ -232,5 +230,8 @@ def resolve_target_id(engine: Engine, text: str | None) -> int:
 
     Raises ``ConvtuneError`` (→ 400) for a target TVM rejects.
     """
+    from convtune.db.ms_database import SQLDatabase
+    from convtune.tuner.target import make_target
+
     # SQLDatabase owns the target identity (its key) and the get-or-create race handling.
     return SQLDatabase(engine, make_target(text)).target_id

@@ -22,7 +22,7 @@ from convtune.db.models import (
     WorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
-from convtune.tuner.search import task_budget
+from convtune.tuner.options import task_budget
 
 from ..app.core.errors import not_found
 from . import series

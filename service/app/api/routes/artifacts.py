@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
 
 from convtune.db.models import ArtifactRow
-from convtune.tuner.runtime import MANIFEST_NAME
+from convtune.tuner.artifact_files import MANIFEST_NAME
 
 from ... import crud
 from ...core.errors import ApiError

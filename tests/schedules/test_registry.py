@@ -1,0 +1,114 @@
+"""The schedule-space registry: lookup, which spaces apply to which task, and a new space plugged
+into a real search through the extension point alone."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.target import Target
+
+from convtune.db.migrate import upgrade
+from convtune.db.models import TuningRecordRow
+from convtune.db.ms_database import SQLDatabase
+from convtune.db.session import make_engine
+from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace, mark_space
+from convtune.schedules.generic import GenericSpace
+from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
+from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.options import Layout
+from convtune.tuner.search import run_search
+from convtune.tuner.target import make_target
+from tests.models import conv_net, to_bytes
+
+
+@pytest.fixture(scope="module")
+def blocked_model_tasks():
+    ingested = load_model(to_bytes(conv_net(in_channels=16, out_channels=32, size=8)))
+    _, tasks = extract_tasks(ingested, make_target(None), Layout.NCHWC)
+    return tasks
+
+
+def test_names_are_unique_and_looked_up_by_name_or_instance() -> None:
+    names = [space.name for space in SPACES]
+    assert len(names) == len(set(names))
+    assert DEFAULT_SPACE in names
+    for space in SPACES:
+        assert get_space(space.name) is space
+        assert get_space(space) is space
+    with pytest.raises(KeyError, match="unknown schedule space 'nope'"):
+        get_space("nope")
+
+
+def test_applicable_spaces_follow_the_task(blocked_model_tasks) -> None:
+    kinds = {}
+    for task in blocked_model_tasks:
+        kinds[task.kind] = [space.name for space in applicable(task.mod)]
+    assert kinds["conv"] == [GenericSpace.name, RegisterBlockedConvSpace.name]
+    others = [names for kind, names in kinds.items() if kind != "conv"]
+    assert all(names == [GenericSpace.name] for names in others)
+
+
+def test_space_of_reads_the_mark_off_real_traces(blocked_model_tasks) -> None:
+    conv = next(task for task in blocked_model_tasks if task.kind == "conv")
+    target = make_target(None)
+    for space in applicable(conv.mod):
+        generator = space.generator(target)
+        generator._initialize_with_tune_context(_context(conv.mod, target, generator))
+        for sch in generator.generate_design_space(conv.mod):
+            assert space_of(str(sch.trace.as_json())) == space.name
+            assert space_of(str(sch.trace)) == space.name
+    assert union_space(conv.mod, target) is not None
+
+
+def _context(mod: IRModule, target: Target, generator: SpaceGenerator):
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.TuneContext(mod=mod, target=target, space_generator=generator, task_name="t")
+
+
+class UnrollOnlySpace(ScheduleSpace):
+    """A space written for this test: the generic schedule of any task, marked as its own."""
+
+    name: ClassVar[str] = "test-unroll-only"
+    seed_trials: ClassVar[int] = 2
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return True
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        def schedule(sch: Schedule) -> None:
+            root = sch.get_sblock("root")
+            mark_space(sch, sch.get_child_blocks(root)[0], self.name)
+
+        return ScheduleFn(schedule, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+
+
+def test_a_new_space_is_searched_and_recorded_through_the_extension_point(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    ingested = load_model(to_bytes(conv_net(in_channels=3, out_channels=8, size=8)))
+    target = make_target(None)
+    _, tasks = extract_tasks(ingested, target, Layout.NCHW)
+    conv = [task for task in tasks if task.kind == "conv"]
+    database = SQLDatabase(engine, target)
+    result = run_search(
+        conv, database, target, trials_per_task=3, threads=1,
+        spaces=(GenericSpace(), UnrollOnlySpace()),
+    )  # fmt: skip
+    assert result.trials_measured == 3
+    with Session(engine) as session:
+        spaces = list(session.scalars(select(TuningRecordRow.space).order_by(TuningRecordRow.id)))
+    # Its seed pass first (the unscheduled kernel is its only schedule), then the union.
+    assert spaces[0] == UnrollOnlySpace.name
+    assert spaces.count(UnrollOnlySpace.name) == 1
+    assert DEFAULT_SPACE in spaces[1:]
+    engine.dispose()

@@ -1,0 +1,51 @@
+"""Job options are defined once (tuner/options.py) and every layer takes them from there."""
+
+from __future__ import annotations
+
+import pytest
+
+from convtune.service.app.schemas import JobCreate
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.options import (
+    DEFAULT_LAYOUT,
+    OTHER_TASK_TRIALS,
+    Layout,
+    TuneOptions,
+    task_budget,
+)
+
+
+def test_layout_parse_accepts_values_and_names_the_choices_otherwise() -> None:
+    assert Layout.parse("nchw") is Layout.NCHW
+    assert Layout.parse(Layout.NCHWC) is Layout.NCHWC
+    with pytest.raises(ConvtuneError, match=r"unknown layout 'nhwc'.*'nchw', 'nchwc'"):
+        Layout.parse("nhwc")
+
+
+def test_tune_options_from_a_stored_job_row() -> None:
+    options = TuneOptions.from_dict(
+        {"trials_per_task": 3, "layout": "nchw", "budget_minutes": None, "from_the_future": 1}
+    )
+    assert options.trials_per_task == 3
+    assert options.layout is Layout.NCHW
+    assert options.budget_minutes is None
+    assert TuneOptions.from_dict({}) == TuneOptions()
+    with pytest.raises(ConvtuneError):
+        TuneOptions(layout="blocked")  # type: ignore[arg-type]
+
+
+def test_api_defaults_are_the_engine_defaults() -> None:
+    body, engine = JobCreate(), TuneOptions()
+    assert body.trials_per_task == engine.trials_per_task
+    assert body.seed == engine.seed and body.retune == engine.retune
+    assert body.layout is DEFAULT_LAYOUT == engine.layout
+    # What the API stores is what the worker reads back.
+    assert TuneOptions.from_dict(body.model_dump(mode="json")).layout is DEFAULT_LAYOUT
+
+
+@pytest.mark.parametrize(
+    ("kind", "per_task", "expected"),
+    [("conv", 64, 64), ("gemm", 3, 3), ("other", 64, OTHER_TASK_TRIALS), ("other", 2, 2)],
+)
+def test_task_budget(kind: str, per_task: int, expected: int) -> None:
+    assert task_budget(kind, per_task) == expected

@@ -1,0 +1,96 @@
+"""Search planning and limits: budgets that count recorded trials, the clock, stop requests."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from convtune.db.migrate import upgrade
+from convtune.db.ms_database import SQLDatabase
+from convtune.db.session import make_engine
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.options import Layout
+from convtune.tuner.search import SearchResult, TrialBudget, plan_search, run_search
+from convtune.tuner.target import make_target
+from tests.models import conv_net, to_bytes
+
+
+@pytest.fixture
+def setup(tmp_path):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    target = make_target(None)
+    ingested = load_model(to_bytes(conv_net(in_channels=3, out_channels=8, size=8)))
+    _, tasks = extract_tasks(ingested, target, Layout.NCHW)
+    yield tasks, SQLDatabase(engine, target), target
+    engine.dispose()
+
+
+def _record(database: SQLDatabase, workload_id: int, n: int) -> None:
+    for i in range(n):
+        database.record_trial(
+            workload_id, trace_json=[[], [i]], run_secs=[1e-3], args_info_json=[],
+            error=None, trial_index=i, space="generic", job_id=None, flops=1.0,
+        )  # fmt: skip
+
+
+def test_plan_counts_recorded_trials_unless_retuning(setup) -> None:
+    tasks, database, _ = setup
+    plan = plan_search(tasks, database, 10, retune=False)
+    conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
+    assert plan.budgets[conv] == 10
+    _record(database, plan.workload_ids[conv], 4)
+    resumed = plan_search(tasks, database, 10, retune=False)
+    assert resumed.done_before[conv] == 4 and resumed.remaining(conv) == 6
+    retuned = plan_search(tasks, database, 10, retune=True)
+    assert retuned.remaining(conv) == 10
+    _record(database, plan.workload_ids[conv], 8)
+    assert plan_search(tasks, database, 10, retune=False).remaining(conv) == 0
+
+
+def test_budget_stops_at_the_deadline_and_on_request(setup) -> None:
+    tasks, database, _ = setup
+    plan = plan_search(tasks, database, 5, retune=False)
+    result = SearchResult()
+    budget = TrialBudget(plan, database, time.monotonic() + 3600, None, result)
+    assert budget.allowance(0) == plan.budgets[0]
+    budget.caps = {0: 2}
+    assert budget.allowance(0) == 2
+    budget.caps = {}  # a pass that does not include the task
+    assert budget.allowance(0) == 0
+    budget.caps = None
+    budget.counts[0] = plan.budgets[0]
+    assert budget.allowance(0) == 0 and not result.stopped_early
+
+    late = TrialBudget(plan, database, time.monotonic() - 1, None, result)
+    assert late.allowance(0) == 0
+    assert result.stopped_early and result.reason == "time budget reached"
+
+    stopped = SearchResult()
+    asked = TrialBudget(plan, database, None, lambda: True, stopped)
+    assert asked.allowance(0) == 0 and stopped.reason == "stop requested"
+
+
+def test_a_search_with_every_trial_recorded_measures_nothing(setup) -> None:
+    tasks, database, target = setup
+    plan = plan_search(tasks, database, 2, retune=False)
+    for wid, budget in zip(plan.workload_ids, plan.budgets, strict=True):
+        _record(database, wid, budget)
+    events: list[str] = []
+    result = run_search(
+        tasks, database, target, trials_per_task=2, threads=1,
+        on_event=lambda kind, payload: events.append(kind),
+    )  # fmt: skip
+    assert result.trials_measured == 0
+    assert result.reason == "every task already has its trials"
+    assert events == ["search_planned"]
+
+
+def test_a_zero_minute_budget_measures_nothing_and_says_why(setup) -> None:
+    tasks, database, target = setup
+    result = run_search(tasks, database, target, trials_per_task=4, threads=1, budget_minutes=0)
+    assert result.trials_measured == 0
+    assert result.stopped_early and result.reason == "time budget reached"
