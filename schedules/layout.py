@@ -19,6 +19,7 @@ from tvm.ir import IRModule, Op
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.target import Target
 
+from .depthwise_conv import is_blocked_depthwise_call, legalize_depthwise_conv2d
 from .isa import vector_lanes
 
 _CONV2D = Op.get("relax.nn.conv2d")
@@ -28,6 +29,8 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     attrs = call.attrs
     if len(attrs.data_layout) == 4:
         return _CONV2D.get_attr("FLegalize")(bb, call)
+    if is_blocked_depthwise_call(call):
+        return legalize_depthwise_conv2d(bb, call)
     out_dtype = str(attrs.out_dtype)
     if out_dtype in ("", "None", "void"):
         out_dtype = str(call.ty.dtype)

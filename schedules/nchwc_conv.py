@@ -43,21 +43,21 @@ def is_blocked_conv(mod: IRModule) -> bool:
 
 
 def conv_and_epilogue(
-    sch: Schedule, space: str
+    sch: Schedule, space: str, conv_block: str = CONV_BLOCK
 ) -> tuple[SBlockRV, SBlockRV | None, list[SBlockRV]]:
-    """The conv2d_NCHWc block (marked as produced by ``space``), its elementwise epilogue inlined
+    """The ``conv_block`` block (marked as produced by ``space``), its elementwise epilogue inlined
     into one output block (None without an epilogue), and the blocks before the conv."""
     root = sch.get_sblock("root")
     blocks = sch.get_child_blocks(root)
     names = [sch.get(b).name_hint for b in blocks]
-    conv = blocks[names.index(CONV_BLOCK)]
+    conv = blocks[names.index(conv_block)]
     mark_space(sch, conv, space)
     # The elementwise epilogue (bias, BN, ReLU, residual add) becomes one block after the conv.
-    epilogue = blocks[names.index(CONV_BLOCK) + 1 :]
+    epilogue = blocks[names.index(conv_block) + 1 :]
     for block in epilogue[:-1]:
         sch.compute_inline(block)
     output = epilogue[-1] if epilogue else None
-    return conv, output, list(blocks[: names.index(CONV_BLOCK)])
+    return conv, output, list(blocks[: names.index(conv_block)])
 
 
 def schedule_blocked_conv(sch: Schedule) -> None:

@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGenerat
 from tvm.target import Target
 
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
+from .depthwise_conv import DepthwiseConvSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
 from .nchwc_conv2d import PointwiseConvSpace
@@ -21,6 +22,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
     RegisterBlockedConvSpace(),
     PointwiseConvSpace(),
+    DepthwiseConvSpace(),
 )
 
 
