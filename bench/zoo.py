@@ -1,9 +1,13 @@
-"""Benchmark model zoo: ResNet-18, ResNet-50 v1.5 and MobileNetV2 built with ``onnx.helper``.
+"""Benchmark model zoo: ResNet-18, ResNet-50 v1.5, MobileNetV2, EfficientNet-B0 and
+MobileNetV3-Large built with ``onnx.helper``.
 
 The graphs mirror a PyTorch eval-mode export (opset 17, NCHW float32, batch 1, 224×224):
-Conv (no bias) → BatchNormalization → Relu (Clip(0, 6) for MobileNetV2), residual Add → Relu,
-GlobalAveragePool → Flatten → Gemm (1000 classes). Weights are seeded and He-initialised, BatchNorm
-statistics are seeded and realistic, so activations stay finite and well scaled.
+Conv (no bias) → BatchNormalization → Relu (Clip(0, 6) for MobileNetV2, Sigmoid·Mul = SiLU for
+EfficientNet, HardSwish or Relu for MobileNetV3), residual Add → Relu, squeeze-excitation
+(GlobalAveragePool → 1×1 Conv → act → 1×1 Conv → Sigmoid/HardSigmoid → Mul) in the EfficientNet
+and MobileNetV3 blocks, GlobalAveragePool → Flatten → Gemm (1000 classes). Weights are seeded and
+He-initialised, BatchNorm statistics are seeded and realistic, so activations stay finite and well
+scaled.
 
 FLOP convention (see ``convtune.tuner.flops``): 2 per multiply-add of Conv/Gemm, +1 per bias add;
 BatchNorm/Relu/pool/Add count 0. With it ResNet-50 v1.5 is 8.18 GFLOP, as usually quoted.
@@ -119,8 +123,52 @@ class _GraphBuilder:
             lo = self._init(f"{name}.clip_min", np.array(0.0))
             hi = self._init(f"{name}.clip_max", np.array(6.0))
             self.nodes.append(helper.make_node("Clip", [x, lo, hi], [out], name=out))
+        elif act == "silu":
+            # torch.nn.SiLU exports as Sigmoid → Mul at opset 17.
+            gate = f"{name}.sigmoid"
+            self.nodes.append(helper.make_node("Sigmoid", [x], [gate], name=gate))
+            self.nodes.append(helper.make_node("Mul", [x, gate], [out], name=out))
+        elif act in ("sigmoid", "hardswish"):
+            op = {"sigmoid": "Sigmoid", "hardswish": "HardSwish"}[act]
+            self.nodes.append(helper.make_node(op, [x], [out], name=out))
+        elif act == "hardsigmoid":
+            # torch.nn.Hardsigmoid: relu6(x + 3) / 6.
+            self.nodes.append(
+                helper.make_node("HardSigmoid", [x], [out], name=out, alpha=1.0 / 6, beta=0.5)
+            )
         else:
             raise ValueError(f"unknown activation {act}")
+        self.channels[out] = self.channels[x]
+        return out
+
+    def conv_bias(self, x: str, name: str, out_ch: int) -> str:
+        """A 1×1 Conv with bias and no BatchNorm (the squeeze-excitation and head layers)."""
+        in_ch = self.channels[x]
+        weight = self.rng.standard_normal((out_ch, in_ch, 1, 1)) * np.sqrt(2.0 / in_ch)
+        bias = self.rng.normal(0.0, 0.1, out_ch)
+        out = f"{name}.out"
+        self.nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, self._init(f"{name}.weight", weight), self._init(f"{name}.bias", bias)],
+                [out],
+                name=name,
+                kernel_shape=[1, 1],
+            )
+        )
+        self.channels[out] = out_ch
+        return out
+
+    def squeeze_excite(self, x: str, name: str, squeeze: int, act: str, gate: str) -> str:
+        """x · gate(conv(act(conv(GlobalAveragePool(x))))): per-channel attention."""
+        pooled = f"{name}.avgpool"
+        self.nodes.append(helper.make_node("GlobalAveragePool", [x], [pooled], name=pooled))
+        self.channels[pooled] = self.channels[x]
+        s = self.activation(self.conv_bias(pooled, f"{name}.fc1", squeeze), f"{name}.fc1", act)
+        s = self.conv_bias(s, f"{name}.fc2", self.channels[x])
+        s = self.activation(s, f"{name}.fc2", gate)
+        out = f"{name}.scale"
+        self.nodes.append(helper.make_node("Mul", [x, s], [out], name=out))
         self.channels[out] = self.channels[x]
         return out
 
@@ -140,12 +188,19 @@ class _GraphBuilder:
         self.channels[out] = self.channels[x]
         return out
 
-    def classifier(self, x: str) -> str:
-        """GlobalAveragePool → Flatten → Gemm(transB=1) to :data:`NUM_CLASSES` logits."""
-        in_features = self.channels[x]
+    def classifier(self, x: str, hidden: tuple[int, str] | None = None) -> str:
+        """GlobalAveragePool → Flatten → Gemm(transB=1) to :data:`NUM_CLASSES` logits;
+        ``hidden = (features, act)`` adds a 1×1 conv + activation after the pool (MobileNetV3's
+        960 → 1280 Linear + HardSwish, a Conv on the 1×1 map)."""
         self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap.out"], name="gap"))
+        self.channels["gap.out"] = self.channels[x]
+        pooled = "gap.out"
+        if hidden is not None:
+            features, act = hidden
+            pooled = self.activation(self.conv_bias(pooled, "head", features), "head", act)
+        in_features = self.channels[pooled]
         self.nodes.append(
-            helper.make_node("Flatten", ["gap.out"], ["flatten.out"], name="flatten", axis=1)
+            helper.make_node("Flatten", [pooled], ["flatten.out"], name="flatten", axis=1)
         )
         bound = 1.0 / np.sqrt(in_features)
         weight = self.rng.uniform(-bound, bound, (NUM_CLASSES, in_features))
@@ -253,10 +308,85 @@ def mobilenetv2() -> onnx.ModelProto:
     return b.model("mobilenetv2")
 
 
+def _make_divisible(value: float, divisor: int = 8) -> int:
+    """torchvision's channel rounding: nearest multiple of ``divisor``, never 10% below."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
+#: EfficientNet-B0 MBConv stages: expansion t, kernel k, channels c, repeats n, first stride s.
+_EFFNET_B0_SETTINGS = ((1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2),
+                       (6, 5, 112, 3, 1), (6, 5, 192, 4, 2), (6, 3, 320, 1, 1))  # fmt: skip
+
+
+def efficientnet_b0() -> onnx.ModelProto:
+    """EfficientNet-B0 (torchvision layout, 0.39 GMAC = 0.77 GFLOP): MBConv = 1×1 expand → k×k
+    depthwise (3×3 and 5×5) → squeeze-excitation (block input / 4, SiLU, Sigmoid) → 1×1
+    project; SiLU activations."""
+    b = _GraphBuilder(3)
+    x = b.conv_bn(INPUT_NAME, "features.0", 32, 3, stride=2, act="silu")
+    index = 1
+    for t, k, c, n, s in _EFFNET_B0_SETTINGS:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            name = f"features.{index}"
+            in_ch = b.channels[x]
+            out = x
+            if t != 1:
+                out = b.conv_bn(out, f"{name}.expand", in_ch * t, 1, act="silu")
+            hidden = b.channels[out]
+            out = b.conv_bn(out, f"{name}.dw", hidden, k, stride=stride, groups=hidden, act="silu")
+            out = b.squeeze_excite(out, f"{name}.se", max(1, in_ch // 4), "silu", "sigmoid")
+            out = b.conv_bn(out, f"{name}.project", c, 1, act=None, bn_scale=0.5)
+            x = b.add(out, x, name) if stride == 1 and in_ch == c else out
+            index += 1
+    x = b.conv_bn(x, f"features.{index}", 1280, 1, act="silu")
+    b.classifier(x)
+    return b.model("efficientnet_b0")
+
+
+#: MobileNetV3-Large bnecks: kernel, expanded channels, out channels, SE, activation, stride.
+_MBV3_LARGE_SETTINGS = (
+    (3, 16, 16, False, "relu", 1), (3, 64, 24, False, "relu", 2),
+    (3, 72, 24, False, "relu", 1), (5, 72, 40, True, "relu", 2),
+    (5, 120, 40, True, "relu", 1), (5, 120, 40, True, "relu", 1),
+    (3, 240, 80, False, "hardswish", 2), (3, 200, 80, False, "hardswish", 1),
+    (3, 184, 80, False, "hardswish", 1), (3, 184, 80, False, "hardswish", 1),
+    (3, 480, 112, True, "hardswish", 1), (3, 672, 112, True, "hardswish", 1),
+    (5, 672, 160, True, "hardswish", 2), (5, 960, 160, True, "hardswish", 1),
+    (5, 960, 160, True, "hardswish", 1),
+)  # fmt: skip
+
+
+def mobilenetv3_large() -> onnx.ModelProto:
+    """MobileNetV3-Large (torchvision layout, 0.22 GMAC = 0.43 GFLOP): bnecks with ReLU or
+    HardSwish, 3×3 and 5×5 depthwise convs, squeeze-excitation (ReLU, HardSigmoid), a
+    960 → 1280 HardSwish head."""
+    b = _GraphBuilder(4)
+    x = b.conv_bn(INPUT_NAME, "features.0", 16, 3, stride=2, act="hardswish")
+    for index, (k, exp, c, se, act, stride) in enumerate(_MBV3_LARGE_SETTINGS, 1):
+        name = f"features.{index}"
+        in_ch = b.channels[x]
+        out = x
+        if exp != in_ch:
+            out = b.conv_bn(out, f"{name}.expand", exp, 1, act=act)
+        out = b.conv_bn(out, f"{name}.dw", exp, k, stride=stride, groups=exp, act=act)
+        if se:
+            squeeze = _make_divisible(exp / 4)
+            out = b.squeeze_excite(out, f"{name}.se", squeeze, "relu", "hardsigmoid")
+        out = b.conv_bn(out, f"{name}.project", c, 1, act=None, bn_scale=0.5)
+        x = b.add(out, x, name) if stride == 1 and in_ch == c else out
+    x = b.conv_bn(x, "features.16", 960, 1, act="hardswish")
+    b.classifier(x, hidden=(1280, "hardswish"))
+    return b.model("mobilenetv3_large")
+
+
 BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet18": resnet18,
     "resnet50": resnet50,
     "mobilenetv2": mobilenetv2,
+    "efficientnet_b0": efficientnet_b0,
+    "mobilenetv3": mobilenetv3_large,
 }
 
 

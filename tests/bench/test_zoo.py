@@ -61,6 +61,60 @@ def test_small_models_structure():
     assert mb["gflop"] == pytest.approx(0.60, rel=0.02)
 
 
+def _ops(model: onnx.ModelProto) -> set[str]:
+    return {n.op_type for n in model.graph.node}
+
+
+def _depthwise_kernels(model: onnx.ModelProto) -> set[int]:
+    """Kernel sizes of the depthwise Convs (group > 1)."""
+    sizes = set()
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv" and attrs.get("group", 1) > 1:
+            sizes.add(attrs["kernel_shape"][0])
+    return sizes
+
+
+@pytest.mark.parametrize(
+    ("name", "gflop", "convs"),
+    # torchvision: EfficientNet-B0 0.39 GMAC, MobileNetV3-Large 0.22 GMAC (2 FLOP per MAC).
+    [("efficientnet_b0", 0.77, 81), ("mobilenetv3", 0.43, 63)],
+)
+def test_mobile_models_structure_and_outputs(name, gflop, convs):
+    model = onnx.load(zoo.zoo_model(name))
+    info = zoo.describe(model)
+    assert (info["conv"], info["gemm"]) == (convs, 1)
+    assert info["gflop"] == pytest.approx(gflop, rel=0.03)
+    # What sets them apart from MobileNetV2: squeeze-excitation, their activations, 5×5 depthwise.
+    assert {"GlobalAveragePool", "Mul"} <= _ops(model)
+    assert _depthwise_kernels(model) == {3, 5}
+    expected = {"Sigmoid"} if name == "efficientnet_b0" else {"HardSwish", "HardSigmoid"}
+    assert expected <= _ops(model)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal(zoo.INPUT_SHAPE).astype(np.float32)
+    (y,) = sess.run(None, {zoo.INPUT_NAME: x})
+    assert y.shape == (1, zoo.NUM_CLASSES) and np.isfinite(y).all()
+    assert 0.01 < float(y.std()) < 100.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenetv3"])
+def test_mobile_models_compile_and_match_onnxruntime(name, tmp_path):
+    """TVM converts them (HardSwish, HardSigmoid, SE Mul), and the untuned build agrees with
+    onnxruntime within the verification tolerance."""
+    from convtune.tuner.ingest import load_model
+    from convtune.tuner.library import compile_untuned
+    from convtune.tuner.runtime import Artifact
+    from convtune.tuner.target import make_target
+    from convtune.tuner.verify import verify_artifact
+
+    ingested = load_model(zoo.zoo_model(name))
+    so_path = compile_untuned(ingested, make_target(None), tmp_path)
+    artifact = Artifact.load(so_path, [s.name for s in ingested.inputs])
+    result = verify_artifact(artifact, ingested, threads=2)  # raises on a mismatch
+    assert result.passed and result.max_abs_err < 1e-2
+
+
 def test_unknown_model_name():
     with pytest.raises(KeyError, match="resnet50"):
         zoo.zoo_model("vgg16")
