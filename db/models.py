@@ -112,8 +112,13 @@ class TargetRow(_Row, Base):
     peak_measured_at: Mapped[datetime | None]
 
 
+# The client of rows written before clients existed, and of requests without a token.
+ANONYMOUS_OWNER = "anonymous"
+
+
 class ModelRow(_Row, Base):
-    """An uploaded ONNX model, stored once per content hash."""
+    """An uploaded ONNX model, stored once per content hash; ``owner`` is the client whose upload
+    stored it (its bytes count against that client's quota)."""
 
     __tablename__ = "models"
 
@@ -124,6 +129,9 @@ class ModelRow(_Row, Base):
     input_shapes: Mapped[dict[str, Any]]
     inputs: Mapped[list[Any]]
     outputs: Mapped[list[Any]]
+    owner: Mapped[str] = mapped_column(
+        String(64), default=ANONYMOUS_OWNER, server_default=ANONYMOUS_OWNER, index=True
+    )
 
 
 class WorkloadRow(_Row, Base):
@@ -218,6 +226,23 @@ class JobRow(_Row, Base):
     artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id", ondelete="SET NULL"))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # The client that queued it: quotas and the round-robin claim order (service/app/queue.py).
+    owner: Mapped[str] = mapped_column(
+        String(64), default=ANONYMOUS_OWNER, server_default=ANONYMOUS_OWNER, index=True
+    )
+
+
+class WorkerRow(_Row, Base):
+    """A live worker process: it heartbeats this row while it runs (idle or busy), so
+    ``/healthz`` can tell whether anyone will take queued jobs."""
+
+    __tablename__ = "workers"
+
+    worker_id: Mapped[str] = mapped_column(String(255), unique=True)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime] = mapped_column(index=True)
+    job_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class JobEventRow(_Row, Base):

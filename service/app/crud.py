@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from convtune.db.models import (
+    ANONYMOUS_OWNER,
     ArtifactRow,
     JobEventRow,
     JobRow,
@@ -106,6 +107,7 @@ def create_job(
     *,
     target_id: int | None,
     idempotency_key: str | None,
+    owner: str = ANONYMOUS_OWNER,
 ) -> tuple[JobRow, bool]:
     """Queue a job (committed) → ``(job, True)``; a known key → ``(that job, False)``.
 
@@ -125,6 +127,7 @@ def create_job(
         idempotency_key=idempotency_key,
         attempts=0,
         cancel_requested=False,
+        owner=owner,
     )
     session.add(job)
     try:

@@ -12,11 +12,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine, session_factory
@@ -25,8 +30,12 @@ from convtune.service.dashboard import install_dashboard
 from .api.main import api_router
 from .api.routes import health
 from .core.config import Settings
-from .core.errors import install_error_handlers
+from .core.errors import ApiError, BodyTooLarge, error_body, install_error_handlers
 from .core.security import resolve_api_token
+from .extraction import Extractor, warm_up
+from .login import install_login, require_dashboard
+from .store import sweep_orphans
+from .upload import FRAMING_ALLOWANCE, upload_too_large
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +44,66 @@ _WORKER_STOP_SECONDS = 20.0
 _PR_SET_PDEATHSIG = 1
 
 
+class BodyLimit:
+    """Caps every request body (413): uploads at ``max_upload_bytes`` plus their framing and
+    form fields, anything else at ``max_body_bytes``; a declared Content-Length is refused
+    unread, a chunked body as its bytes arrive."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        is_upload = scope["method"] == "POST" and scope["path"].rstrip("/") == "/api/models"
+        if is_upload:
+            limit = self.settings.max_upload_bytes + FRAMING_ALLOWANCE
+            error = BodyTooLarge(upload_too_large(self.settings.max_upload_bytes))
+        else:
+            limit = self.settings.max_body_bytes
+            error = BodyTooLarge(
+                ApiError(
+                    413,
+                    "body_too_large",
+                    f"the request body exceeds {limit} bytes (CONVTUNE_MAX_BODY_BYTES)",
+                )
+            )
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await JSONResponse(error_body(error.code, error.detail), status_code=413)(
+                scope, receive, send
+            )
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise error
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """An app bound to ``settings`` (default: from the environment); the schema must exist."""
     settings = resolve_api_token(settings or Settings())
     settings.ensure_dirs()
-    engine = make_engine(settings.resolved_database_url())
+    engine = make_engine(
+        settings.resolved_database_url(), busy_timeout=settings.db_busy_timeout_seconds
+    )
+    sessions = session_factory(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(sweep_orphans, settings, sessions)
+        # The forkserver imports TVM once; started now, the first upload does not wait for it.
+        threading.Thread(target=warm_up, name="forkserver-warm-up", daemon=True).start()
         yield
         engine.dispose()
 
@@ -54,11 +115,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
-    app.state.session_factory = session_factory(engine)
+    app.state.session_factory = sessions
+    app.state.extractor = Extractor(settings.extract_processes, settings.max_extract_seconds)
+    app.add_middleware(BodyLimit, settings=settings)
     install_error_handlers(app)
     app.include_router(api_router, prefix="/api")
     app.include_router(health.router)
-    install_dashboard(app)
+    install_login(app)
+    install_dashboard(app, dependencies=[Depends(require_dashboard)])
     return app
 
 

@@ -11,6 +11,7 @@ from convtune.db.models import JobStatus
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 
 _DEFAULTS = TuneOptions()
+MAX_SEED = 2**32 - 1
 
 
 class ErrorDetail(BaseModel):
@@ -58,13 +59,22 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trials_per_task: int = Field(default=_DEFAULTS.trials_per_task, ge=1, le=100_000)
-    budget_minutes: float | None = Field(default=None, gt=0)
-    target: str | None = Field(
-        default=None, description="None → this host; or 'llvm -mcpu=znver4 -num-cores=2'"
+    # Upper limits are the server's settings (CONVTUNE_MAX_*; 422 limit_exceeded beyond).
+    trials_per_task: int = Field(default=_DEFAULTS.trials_per_task, ge=1)
+    budget_minutes: float | None = Field(
+        default=_DEFAULTS.budget_minutes,
+        gt=0,
+        allow_inf_nan=False,
+        description="None → bounded only by the server's per-job wall-clock cap",
     )
-    threads: int | None = Field(default=None, ge=1, le=1024)
-    seed: int = _DEFAULTS.seed
+    target: str | None = Field(
+        default=_DEFAULTS.target,
+        max_length=1000,
+        description="None → this host; or 'llvm -mcpu=znver4 -num-cores=2'",
+    )
+    threads: int | None = Field(default=_DEFAULTS.threads, ge=1)
+    # numpy's and MetaSchedule's seed range.
+    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=MAX_SEED)
     retune: bool = _DEFAULTS.retune
     layout: Layout = Field(
         default=DEFAULT_LAYOUT, description="nchwc: convolutions in the blocked NCHW[x]c layout"

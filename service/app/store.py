@@ -1,42 +1,49 @@
 """Turn a streamed upload into a stored, registered model (content-addressed by sha256).
 
-The file lands at ``<data_dir>/models/<sha256>.onnx``: the client's filename only supplies the
-display name, after sanitising, and never touches a path.
+The file lands at ``<data_dir>/models/<sha256>.onnx`` only after its row is committed, so a
+failed upload leaves no orphan (``sweep_orphans`` removes those of older versions or crashes at
+start). The client's filename only supplies the display name and must not look like a path.
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
+import logging
 import re
-import threading
-from pathlib import PureWindowsPath
+import time
+from pathlib import Path, PureWindowsPath
 
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.ingest import load_model, parse_input_shape
-from convtune.tuner.pipeline import register_model
+from convtune.db.models import ModelRow
+from convtune.tuner.ingest import parse_input_shape
 
 from . import crud
 from .core.config import Settings
 from .core.errors import ApiError
+from .dbbusy import with_retries
+from .extraction import Extractor, ExtractRequest, upload_done
+from .limits import ModelLimits, check_storage_quota
 from .upload import StreamedUpload
 
-# TVM's frontend and pass infrastructure are not documented as thread-safe: uploads stream in
-# parallel, but extraction runs one at a time per process.
-_EXTRACT_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
+
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._ -]+")
+# Temp files of uploads older than this are left over from a crash (an upload in flight is
+# bounded by max_extract_seconds, far below it).
+_STALE_UPLOAD_SECONDS = 3600.0
 
 
 def display_name(filename: str | None) -> str | None:
-    """A harmless model name from a client filename: last path component, no extension."""
+    """A harmless model name from a client filename, without extension; path-like names
+    (``../../etc/passwd.onnx``, ``C:\\x.onnx``, NUL) are refused (400 ``invalid_filename``)."""
     if not filename:
         return None
-    # PureWindowsPath splits on both "/" and "\\".
-    base = PureWindowsPath(filename).name
-    stem = base[:-5] if base.lower().endswith(".onnx") else base
+    if "\x00" in filename or PureWindowsPath(filename).name != filename or filename == "..":
+        raise ApiError(400, "invalid_filename", "the filename must be a plain name, not a path")
+    stem = filename[:-5] if filename.lower().endswith(".onnx") else filename
     cleaned = _NAME_CHARS.sub("_", stem).strip(" ._")[:100]
     return cleaned or None
 
@@ -51,47 +58,84 @@ def parse_input_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def store_upload(
+def stored_path(settings: Settings, sha256: str) -> Path:
+    return settings.models_dir / f"{sha256}.onnx"
+
+
+def _known(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    upload: StreamedUpload,
+    shapes: dict[str, tuple[int, ...]],
+) -> int | None:
+    """The id of a model with these bytes (its file restored from the upload if it was lost)."""
+
+    def find() -> ModelRow | None:
+        with sessions() as session:
+            return crud.find_model_by_sha(session, upload.sha256)
+
+    existing = with_retries(find, settings.db_busy_retries)
+    if existing is None:
+        return None
+    _check_same_shapes(existing.id, existing.input_shapes, shapes)
+    upload_done(upload.path, stored_path(settings, upload.sha256))
+    return existing.id
+
+
+async def store_upload(
     upload: StreamedUpload,
     *,
+    owner: str,
     settings: Settings,
-    engine: Engine,
     sessions: sessionmaker[Session],
+    extractor: Extractor,
 ) -> tuple[int, bool]:
     """Register the uploaded model → ``(model id, created)``; known bytes → ``(its id, False)``.
 
-    Raises ``ConvtuneError`` (→ 400) for a model convtune cannot take. Always consumes the temp
-    file: moved into the model store, or removed.
+    Raises ``ApiError`` for a model convtune cannot take or a client over its quota. Always
+    consumes the temp file: moved into the model store, or removed.
     """
     try:
         if upload.size_bytes == 0:
             raise ApiError(400, "empty_file", "the uploaded file is empty")
+        name = display_name(upload.filename)
         shapes = parse_input_shapes(upload.fields.get("input_shapes"))
-        with sessions() as session:
-            existing = crud.find_model_by_sha(session, upload.sha256)
-            if existing is not None:
-                _check_same_shapes(existing.id, existing.input_shapes, shapes)
-                return existing.id, False
-        with _EXTRACT_LOCK:
-            # Bytes, not the path: the temp file's random stem must not become the model name.
-            data = upload.path.read_bytes()
-            ingested = load_model(data, input_shapes=shapes, name=display_name(upload.filename))
-            del data
-            settings.models_dir.mkdir(parents=True, exist_ok=True)
-            dest = settings.models_dir / f"{upload.sha256}.onnx"
-            os.replace(upload.path, dest)
-            try:
-                return register_model(ingested, engine=engine, stored_path=str(dest)), True
-            except IntegrityError:
-                # The same bytes were registered by a concurrent request (another process).
+        known = await run_in_threadpool(_known, sessions, settings, upload, shapes)
+        if known is not None:
+            return known, False
+        pending = extractor.inflight.get(upload.sha256)
+        if pending is None:
+
+            def quota() -> None:
                 with sessions() as session:
-                    existing = crud.find_model_by_sha(session, upload.sha256)
-                if existing is None:
-                    raise
-                return existing.id, False
-            except ConvtuneError:
-                _drop_unreferenced(dest, upload.sha256, sessions)
-                raise
+                    check_storage_quota(session, owner, upload.size_bytes, settings)
+
+            await run_in_threadpool(with_retries, quota, settings.db_busy_retries)
+            pending = extractor.inflight.get(upload.sha256)
+        if pending is not None:
+            # The same bytes are being extracted for another request: one extraction serves both.
+            await asyncio.shield(pending)
+            known = await run_in_threadpool(_known, sessions, settings, upload, shapes)
+            assert known is not None
+            return known, False
+        # No await between the check above and here: extract() registers itself in inflight.
+        dest = stored_path(settings, upload.sha256)
+        model_id = await extractor.extract(
+            ExtractRequest(
+                upload_path=str(upload.path),
+                stored_path=str(dest),
+                sha256=upload.sha256,
+                name=name,
+                input_shapes=shapes,
+                owner=owner,
+                database_url=settings.resolved_database_url(),
+                busy_timeout=settings.db_busy_timeout_seconds,
+                busy_retries=settings.db_busy_retries,
+                limits=ModelLimits.of(settings),
+            )
+        )
+        upload_done(upload.path, dest)
+        return model_id, True
     finally:
         upload.discard()
 
@@ -110,9 +154,27 @@ def _check_same_shapes(
             )
 
 
-def _drop_unreferenced(
-    path: os.PathLike[str], sha256: str, sessions: sessionmaker[Session]
-) -> None:
+def sweep_orphans(settings: Settings, sessions: sessionmaker[Session]) -> list[Path]:
+    """Remove model files no row refers to and upload temp files left by a crash; returns them.
+
+    Run at start: a file is only ever renamed into the store after its row committed, so a file
+    without a row is a leftover (an older version, a crash), never an upload in progress.
+    """
+    removed: list[Path] = []
     with sessions() as session:
-        if crud.find_model_by_sha(session, sha256) is None:
-            os.unlink(path)
+        known = set(session.scalars(select(ModelRow.sha256)))
+    for path in settings.models_dir.glob("*.onnx"):
+        if path.stem not in known:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    cutoff = time.time() - _STALE_UPLOAD_SECONDS
+    for path in settings.tmp_dir.glob("upload-*.part"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:
+            pass
+    if removed:
+        log.warning("removed %d orphan files: %s", len(removed), ", ".join(p.name for p in removed))
+    return removed

@@ -21,11 +21,14 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .core.errors import ApiError
 
-# Non-file form fields are tiny (input shapes); cap them so they cannot be used to eat memory.
-_MAX_FIELD_BYTES = 64 * 1024
-# Multipart framing (boundaries, part headers) around the file; Content-Length may exceed the
-# file size by this much before the request is refused unread.
-_FRAMING_ALLOWANCE = 64 * 1024
+# Non-file form fields are tiny (input shapes); cap them, all together, and their number, so they
+# cannot be used to eat memory (3000 fields of 60 KB each were read before a 400).
+MAX_FIELDS_BYTES = 64 * 1024
+MAX_PARTS = 16
+_MAX_HEADER_BYTES = 8 * 1024
+# Multipart framing (boundaries, part headers) and the small fields around the file;
+# Content-Length may exceed the file size by this much before the request is refused unread.
+FRAMING_ALLOWANCE = 64 * 1024 + MAX_FIELDS_BYTES
 
 
 @dataclass
@@ -60,6 +63,8 @@ class _Collector:
         self._name = ""
         self._is_file = False
         self._data = bytearray()
+        self._parts = 0
+        self._fields_bytes = 0
 
     def callbacks(self) -> dict:
         return {
@@ -73,14 +78,23 @@ class _Collector:
         }
 
     def on_part_begin(self) -> None:
+        self._parts += 1
+        if self._parts > MAX_PARTS:
+            raise ApiError(400, "bad_multipart", f"more than {MAX_PARTS} form parts")
         self._disposition = b""
         self._data = bytearray()
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
         self._header_name += data[start:end]
+        self._check_header()
 
     def on_header_value(self, data: bytes, start: int, end: int) -> None:
         self._header_value += data[start:end]
+        self._check_header()
+
+    def _check_header(self) -> None:
+        if len(self._header_name) + len(self._header_value) > _MAX_HEADER_BYTES:
+            raise ApiError(400, "bad_multipart", "a multipart part header is too long")
 
     def on_header_end(self) -> None:
         if self._header_name.lower() == b"content-disposition":
@@ -103,8 +117,11 @@ class _Collector:
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         chunk = data[start:end]
         if not self._is_file:
-            if len(self._data) + len(chunk) > _MAX_FIELD_BYTES:
-                raise ApiError(400, "bad_multipart", f"form field {self._name!r} is too large")
+            self._fields_bytes += len(chunk)
+            if self._fields_bytes > MAX_FIELDS_BYTES:
+                raise ApiError(
+                    413, "fields_too_large", f"form fields over {MAX_FIELDS_BYTES} bytes in all"
+                )
             self._data.extend(chunk)
             return
         self.size += len(chunk)
@@ -142,7 +159,7 @@ async def stream_upload(
             415, "unsupported_media_type", "send the model as multipart/form-data, field 'file'"
         )
     declared = int(content_length) if content_length and content_length.isdigit() else None
-    if declared is not None and declared > max_bytes + _FRAMING_ALLOWANCE:
+    if declared is not None and declared > max_bytes + FRAMING_ALLOWANCE:
         raise upload_too_large(max_bytes)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix="upload-", suffix=".part", dir=tmp_dir)

@@ -7,6 +7,7 @@ progress. Plotly.js is streamed from the installed ``plotly`` package (no copy i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ..app import crud
-from ..app.api.deps import SessionDep, SettingsDep
+from ..app.api.deps import RowId, SessionDep, SettingsDep
 from . import views
 from .filters import install_filters
 
@@ -39,7 +40,7 @@ def models_page(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    page: Annotated[int, Query(ge=1)] = 1,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
 ) -> HTMLResponse:
     offset = (page - 1) * MODELS_PER_PAGE
     # One extra row tells whether a next page exists without a COUNT query.
@@ -55,30 +56,30 @@ def models_page(
 
 
 @router.get("/models/{model_id}", response_class=HTMLResponse)
-def model_page(model_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+def model_page(model_id: RowId, request: Request, session: SessionDep) -> HTMLResponse:
     model = crud.get_model(session, model_id)
     return _page(request, "layers.html", view=views.layer_page(session, model, None), live=False)
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: int, request: Request, session: SessionDep) -> HTMLResponse:
+def job_page(job_id: RowId, request: Request, session: SessionDep) -> HTMLResponse:
     job = crud.get_job(session, job_id)
     view = views.layer_page(session, crud.get_model(session, job.model_id), job)
     return _page(request, "layers.html", view=view, live=True)
 
 
 @router.get("/jobs/{job_id}/layers.json")
-def job_layers(job_id: int, session: SessionDep) -> dict[str, Any]:
+def job_layers(job_id: RowId, session: SessionDep) -> dict[str, Any]:
     job = crud.get_job(session, job_id)
     return views.layer_page(session, crud.get_model(session, job.model_id), job)
 
 
 @router.get("/layers/{workload_id}", response_class=HTMLResponse)
 def layer_page(
-    workload_id: int,
+    workload_id: RowId,
     request: Request,
     session: SessionDep,
-    page: Annotated[int, Query(ge=1)] = 1,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
 ) -> HTMLResponse:
     return _page(request, "layer.html", view=views.layer_detail(session, workload_id, page=page))
 
@@ -92,7 +93,7 @@ def plotly_js() -> FileResponse:
     )
 
 
-def install_dashboard(app: FastAPI) -> None:
-    """Add the pages, ``/vendor/plotly.min.js`` and ``/static`` to ``app``."""
-    app.include_router(router)
+def install_dashboard(app: FastAPI, dependencies: Sequence[Any] = ()) -> None:
+    """Add the pages (behind ``dependencies``), ``/vendor/plotly.min.js`` and ``/static``."""
+    app.include_router(router, dependencies=list(dependencies))
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

@@ -1,7 +1,8 @@
 """One JSON error shape for every 4xx/5xx: ``{"error": {"code": "...", "message": "..."}}``.
 
 Routes raise ``ApiError``; user mistakes from the engine (``ConvtuneError``) become 400 with the
-engine's one-line message; anything else is a 500 whose message names no internals.
+engine's one-line message; a busy database is a 503 with Retry-After (``dbbusy``); anything else
+is a 500 whose message names no internals.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from convtune.tuner.errors import ConvtuneError
@@ -32,6 +34,15 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """A request body over its cap, raised while it is read (FastAPI lets HTTPExceptions from
+    body reading through, where any other exception would become a 400)."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.status, error.message)
+        self.code = error.code
 
 
 def not_found(what: str, ident: object) -> ApiError:
@@ -90,7 +101,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else _code_for_status(exc.status_code)
         headers = dict(exc.headers) if exc.headers else None
-        return _response(exc.status_code, _code_for_status(exc.status_code), message, headers)
+        code = getattr(exc, "code", None) or _code_for_status(exc.status_code)
+        return _response(exc.status_code, code, message, headers)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        # Imported here: dbbusy builds its ApiError from this module.
+        from ..dbbusy import busy_error, is_busy
+
+        if is_busy(exc):
+            busy = busy_error()
+            log.warning("database busy on %s %s", request.method, request.url.path)
+            return _response(busy.status, busy.code, busy.message, busy.headers)
+        return await _unexpected(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

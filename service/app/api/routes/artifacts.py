@@ -16,11 +16,13 @@ from convtune.tuner.artifact_files import MANIFEST_NAME
 from ... import crud
 from ...core.errors import ApiError
 from ...schemas import ArtifactOut, ErrorOut
-from ..deps import SessionDep, TokenDep
+from ..deps import DownloaderDep, ReaderDep, RowId, SessionDep
 
 router = APIRouter(prefix="/artifacts", tags=["artifacts"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 404, 410)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (401, 404, 410, 422)
+}
 
 
 def _size(path: Path) -> int | None:
@@ -48,7 +50,7 @@ def artifact_out(artifact: ArtifactRow) -> ArtifactOut:
 
 
 @router.get("/{artifact_id}", response_model=ArtifactOut, responses=_ERRORS)
-def get_artifact(artifact_id: int, session: SessionDep) -> ArtifactOut:
+def get_artifact(artifact_id: RowId, session: SessionDep, _: ReaderDep) -> ArtifactOut:
     return artifact_out(crud.get_artifact(session, artifact_id))
 
 
@@ -61,9 +63,9 @@ def get_artifact(artifact_id: int, session: SessionDep) -> ArtifactOut:
     response_class=Response,
 )
 def download_artifact(
-    artifact_id: int,
+    artifact_id: RowId,
     session: SessionDep,
-    _: TokenDep,
+    _: DownloaderDep,
     file: Annotated[Literal["library", "manifest"], Query()] = "library",
 ) -> Response:
     """The ``.so`` (default) or ``?file=manifest``; ``X-Content-SHA256`` is the body's sha256."""

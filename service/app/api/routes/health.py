@@ -1,23 +1,60 @@
-"""``GET /healthz``: 200 when the database answers, 503 when it does not."""
+"""``GET /healthz``: the database answers and someone will run queued jobs.
+
+200 with the live workers (heartbeat within ``stale_after_seconds``) and the age of the oldest
+queued job; 503 ``database_unreachable`` when the database does not answer, 503 ``no_worker``
+when no worker is alive although one is expected (``serve`` starts ``CONVTUNE_WORKERS`` > 0) or
+jobs are waiting.
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter
-from sqlalchemy import text
+from pydantic import BaseModel
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from convtune.db.models import JobRow, WorkerRow, utcnow
+
 from ...core.errors import ApiError
-from ..deps import EngineDep
+from ...schemas import ErrorOut
+from ..deps import EngineDep, SessionDep, SettingsDep
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-def healthz(engine: EngineDep) -> dict[str, str]:
+class HealthOut(BaseModel):
+    status: str
+    database: str
+    workers_alive: int
+    oldest_queued_seconds: float | None
+
+
+@router.get("/healthz", response_model=HealthOut, responses={503: {"model": ErrorOut}})
+def healthz(engine: EngineDep, session: SessionDep, settings: SettingsDep) -> HealthOut:
+    now = utcnow()
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        alive = session.scalar(
+            select(func.count(WorkerRow.id)).where(
+                WorkerRow.heartbeat_at >= now - timedelta(seconds=settings.stale_after_seconds)
+            )
+        )
+        oldest = session.scalar(
+            select(func.min(JobRow.created_at)).where(JobRow.status == "queued")
+        )
     except SQLAlchemyError as exc:
         message = f"the database does not answer ({type(exc).__name__})"
         raise ApiError(503, "database_unreachable", message) from None
-    return {"status": "ok", "database": engine.dialect.name}
+    if oldest is not None and oldest.tzinfo is None:  # SQLite through func.min loses the type
+        oldest = oldest.replace(tzinfo=now.tzinfo)
+    age = (now - oldest).total_seconds() if oldest is not None else None
+    if not alive and (settings.workers > 0 or age is not None):
+        waiting = f"; the oldest queued job waits since {age:.0f} s" if age is not None else ""
+        raise ApiError(503, "no_worker", f"no tuning worker is alive{waiting}")
+    return HealthOut(
+        status="ok",
+        database=engine.dialect.name,
+        workers_alive=alive or 0,
+        oldest_queued_seconds=age,
+    )

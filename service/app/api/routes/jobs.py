@@ -17,13 +17,14 @@ from convtune.db.models import TERMINAL_STATUSES, JobEventRow, JobRow
 
 from ... import crud, queue
 from ...core.errors import not_found
+from ...dbbusy import with_retries
 from ...schemas import ErrorOut, JobOut
-from ..deps import SessionDep, SettingsDep, TokenDep
+from ..deps import MAX_ROW_ID, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 404, 409, 422)
+    code: {"model": ErrorOut} for code in (401, 403, 404, 409, 422, 503)
 }
 _EVENT_BATCH = 500
 # Comment lines keep proxies from closing an idle stream while a long task compiles.
@@ -33,7 +34,8 @@ _KEEPALIVE_SECONDS = 15.0
 @router.get("", response_model=list[JobOut])
 def list_jobs(
     session: SessionDep,
-    model_id: int | None = None,
+    _: ReaderDep,
+    model_id: Annotated[int | None, Query(ge=1, le=MAX_ROW_ID)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[JobOut]:
     return [
@@ -43,17 +45,22 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
-def get_job(job_id: int, session: SessionDep) -> JobOut:
+def get_job(job_id: RowId, session: SessionDep, _: ReaderDep) -> JobOut:
     return crud.job_out(session, crud.get_job(session, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS)
-def cancel_job(job_id: int, session: SessionDep, _: TokenDep) -> JobOut:
+def cancel_job(job_id: RowId, session: SessionDep, settings: SettingsDep, _: WriterDep) -> JobOut:
     """Cancel a queued job at once; a running one stops at its worker's next check.
 
     409 when the job already ended."""
-    crud.get_job(session, job_id)
-    queue.request_cancel(session, job_id)
+
+    def cancel() -> None:
+        session.rollback()
+        crud.get_job(session, job_id)
+        queue.request_cancel(session, job_id)
+
+    with_retries(cancel, settings.db_busy_retries)
     session.expire_all()
     return crud.job_out(session, crud.get_job(session, job_id))
 
@@ -90,7 +97,8 @@ def format_event(event: JobEventRow) -> str:
 
 def _resume_point(last_event_id: str | None, after: int | None) -> int:
     if last_event_id is not None and last_event_id.strip().isdigit():
-        return int(last_event_id.strip())
+        # Capped: a huge Last-Event-ID would overflow the id column's type in the query.
+        return min(int(last_event_id.strip()), MAX_ROW_ID)
     return after or 0
 
 
@@ -100,11 +108,14 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     response_class=StreamingResponse,
 )
 async def job_events(
-    job_id: int,
+    job_id: RowId,
     request: Request,
     settings: SettingsDep,
+    _: ReaderDep,
     last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[int | None, Query(ge=0, description="resume after this event id")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_ROW_ID, description="resume after this event id")
+    ] = None,
 ) -> StreamingResponse:
     """Server-sent events from ``job_events`` in id order (``Last-Event-ID`` resumes).
 

@@ -8,15 +8,17 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from ... import crud
+from ...dbbusy import with_retries
+from ...limits import check_job, check_job_quota
 from ...schemas import ErrorOut, JobCreate, JobOut, ModelOut, ModelSummary
 from ...store import store_upload
 from ...upload import stream_upload
-from ..deps import EngineDep, SessionDep, SettingsDep, TokenDep
+from ..deps import MAX_ROW_ID, EngineDep, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
 
 router = APIRouter(prefix="/models", tags=["models"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 415, 422)
+    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 }
 _UPLOAD_BODY = {
     "requestBody": {
@@ -51,12 +53,15 @@ _UPLOAD_BODY = {
     openapi_extra=_UPLOAD_BODY,
 )
 async def upload_model(
-    request: Request, response: Response, settings: SettingsDep, engine: EngineDep, _: TokenDep
+    request: Request, response: Response, settings: SettingsDep, caller: WriterDep
 ) -> ModelOut:
-    """Upload an ONNX model (multipart field ``file``); 201 when new, 200 when already known.
+    """Upload an ONNX model (multipart field ``file``); 201 when new, 200 when already known
+    (also when the same bytes are being uploaded concurrently: one extraction serves all).
 
     The body is streamed to disk and refused with 413 as soon as it passes
-    ``CONVTUNE_MAX_UPLOAD_BYTES``.
+    ``CONVTUNE_MAX_UPLOAD_BYTES``. Checking and extracting run in a child process bounded by
+    ``CONVTUNE_MAX_EXTRACT_SECONDS`` (422 beyond); the model limits give 422
+    ``limit_exceeded``, the client's storage quota 429 ``quota_exceeded``.
     """
     upload = await stream_upload(
         request.headers.get("content-type"),
@@ -66,8 +71,12 @@ async def upload_model(
         max_bytes=settings.max_upload_bytes,
     )
     sessions = request.app.state.session_factory
-    model_id, created = await run_in_threadpool(
-        store_upload, upload, settings=settings, engine=engine, sessions=sessions
+    model_id, created = await store_upload(
+        upload,
+        owner=caller.client,
+        settings=settings,
+        sessions=sessions,
+        extractor=request.app.state.extractor,
     )
     response.status_code = 201 if created else 200
 
@@ -75,40 +84,59 @@ async def upload_model(
         with sessions() as session:
             return crud.model_out(session, crud.get_model(session, model_id))
 
-    return await run_in_threadpool(_load)
+    return await run_in_threadpool(with_retries, _load, settings.db_busy_retries)
 
 
 @router.get("", response_model=list[ModelSummary])
 def list_models(
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    _: ReaderDep,
+    offset: Annotated[int, Query(ge=0, le=MAX_ROW_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ModelSummary]:
     return [crud.model_summary(m) for m in crud.list_models(session, offset=offset, limit=limit)]
 
 
 @router.get("/{model_id}", response_model=ModelOut, responses=_ERRORS)
-def get_model(model_id: int, session: SessionDep) -> ModelOut:
+def get_model(model_id: RowId, session: SessionDep, _: ReaderDep) -> ModelOut:
     return crud.model_out(session, crud.get_model(session, model_id))
 
 
 @router.post("/{model_id}/jobs", status_code=201, response_model=JobOut, responses=_ERRORS)
 def create_job(
-    model_id: int,
+    model_id: RowId,
     body: JobCreate,
     response: Response,
     session: SessionDep,
     engine: EngineDep,
-    _: TokenDep,
+    settings: SettingsDep,
+    caller: WriterDep,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JobOut:
-    """Queue a tuning job; a repeated ``Idempotency-Key`` returns the first job (200)."""
-    model = crud.get_model(session, model_id)
-    # A replayed request must not depend on the target resolving the same way twice.
-    known = crud.find_job_by_key(session, idempotency_key) if idempotency_key else None
-    target_id = known.target_id if known else crud.resolve_target_id(engine, body.target)
-    job, created = crud.create_job(
-        session, model, body, target_id=target_id, idempotency_key=idempotency_key
-    )
+    """Queue a tuning job; a repeated ``Idempotency-Key`` returns the first job (200).
+
+    Options over the server's maxima are refused with 422 ``limit_exceeded``; a client with
+    ``CONVTUNE_MAX_QUEUED_JOBS_PER_CLIENT`` jobs waiting gets 429 ``quota_exceeded``."""
+    check_job(body, settings)
+
+    def queue_it() -> tuple[JobOut, bool]:
+        session.rollback()
+        model = crud.get_model(session, model_id)
+        # A replayed request must not depend on the target resolving the same way twice.
+        known = crud.find_job_by_key(session, idempotency_key) if idempotency_key else None
+        if known is None:
+            check_job_quota(session, caller.client, settings)
+        target_id = known.target_id if known else crud.resolve_target_id(engine, body.target)
+        job, created = crud.create_job(
+            session,
+            model,
+            body,
+            target_id=target_id,
+            idempotency_key=idempotency_key,
+            owner=caller.client,
+        )
+        return crud.job_out(session, job), created
+
+    job, created = with_retries(queue_it, settings.db_busy_retries)
     response.status_code = 201 if created else 200
-    return crud.job_out(session, job)
+    return job
