@@ -11,11 +11,15 @@ Contract:
   (``attempts`` + 1). The engine resumes from the trials already committed to the database.
 - A cancel request, SIGTERM/SIGINT, or losing the job to such a requeue stops the search at its
   next measured batch and never builds: cancelled → ``cancelled``; SIGTERM → back to ``queued``.
+- A job attempt that runs ``max_job_minutes`` (wall clock) stops its search there; the artifact
+  is built from what was measured and the job succeeds with a ``time_cap`` event.
+- Idle or busy, the worker heartbeats its row in ``workers`` (``/healthz`` counts live ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import logging
 import os
@@ -56,6 +60,7 @@ class _JobWatch:
         worker_id: str,
         period: float,
         shutdown: threading.Event,
+        cap_seconds: float = float("inf"),
     ) -> None:
         self.sessions = sessions
         self.job_id = job_id
@@ -64,6 +69,7 @@ class _JobWatch:
         self.shutdown = shutdown
         self.cancelled = False
         self.lost = False
+        self.deadline = time.monotonic() + cap_seconds
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
 
@@ -85,8 +91,17 @@ class _JobWatch:
             self.cancelled = self.cancelled or beat.cancel_requested
             self.lost = self.lost or not beat.alive
 
-    def should_stop(self) -> bool:
+    @property
+    def capped(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def aborting(self) -> bool:
+        """Stop and build nothing: cancelled, taken over, or the worker is shutting down."""
         return self.cancelled or self.lost or self.shutdown.is_set()
+
+    def should_stop(self) -> bool:
+        """Stop searching (the engine asks after each measured batch)."""
+        return self.aborting() or self.capped
 
 
 @contextmanager
@@ -121,6 +136,23 @@ class Worker:
         self.sessions = session_factory(self.engine)
         self.worker_id = make_worker_id()
         self.shutdown = shutdown or threading.Event()
+        self.job_id: int | None = None
+        self._closed = threading.Event()
+        self._presence = threading.Thread(target=self._beat, name="presence", daemon=True)
+
+    def start_presence(self) -> None:
+        """Register in ``workers`` and keep the row fresh from a thread until shutdown."""
+        queue.worker_alive(self.sessions, self.worker_id, pid=os.getpid())
+        self._presence.start()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(self.settings.heartbeat_seconds):
+            try:
+                queue.worker_alive(self.sessions, self.worker_id, job_id=self.job_id)
+                # Rows of killed workers: gone after ten stale periods.
+                queue.prune_workers(self.sessions, 10 * self.settings.stale_after_seconds)
+            except Exception:  # a database hiccup must not end the presence thread
+                log.exception("worker heartbeat failed")
 
     def requeue_stale(self) -> list[int]:
         return queue.requeue_stale(
@@ -135,13 +167,22 @@ class Worker:
                 return None
             job_id = queue.claim_next(self.sessions, self.worker_id)
             if job_id is not None:
-                self._run_job(job_id)
+                self.job_id = job_id
+                try:
+                    self._run_job(job_id)
+                finally:
+                    self.job_id = None
             return job_id
 
     def _run_job(self, job_id: int) -> None:
         log.info("job %d: claimed by %s", job_id, self.worker_id)
         watch = _JobWatch(
-            self.sessions, job_id, self.worker_id, self.settings.heartbeat_seconds, self.shutdown
+            self.sessions,
+            job_id,
+            self.worker_id,
+            self.settings.heartbeat_seconds,
+            self.shutdown,
+            cap_seconds=self.settings.max_job_minutes * 60,
         )
         try:
             with watch:
@@ -159,12 +200,23 @@ class Worker:
             message = f"internal error: {type(exc).__name__}: {first_line}"
             queue.finish(self.sessions, job_id, self.worker_id, JobStatus.FAILED, error=message)
             return
-        if watch.should_stop():
+        if watch.aborting():
             # The search stopped early but the artifact was already being built: keep it.
             self._stopped(job_id, watch, artifact_id=artifact_id)
             return
+        payload = None
+        if watch.capped:
+            cap = self.settings.max_job_minutes
+            payload = {"time_cap_minutes": cap}
+            queue.record_event(self.sessions, job_id, "time_cap", payload)
+            log.warning("job %d: stopped at the wall-clock cap of %g min", job_id, cap)
         queue.finish(
-            self.sessions, job_id, self.worker_id, JobStatus.SUCCEEDED, artifact_id=artifact_id
+            self.sessions,
+            job_id,
+            self.worker_id,
+            JobStatus.SUCCEEDED,
+            artifact_id=artifact_id,
+            payload=payload,
         )
         log.info("job %d: succeeded, artifact %d", job_id, artifact_id)
 
@@ -199,8 +251,9 @@ class Worker:
 
         def on_event(kind: str, payload: dict[str, Any]) -> None:
             queue.record_event(self.sessions, job_id, kind, payload)
-            # The search has returned; stop here rather than build an artifact nobody wants.
-            if kind == "build_started" and watch.should_stop():
+            # The search has returned; stop here rather than build an artifact nobody wants
+            # (a job at its time cap is wanted: it builds what it found).
+            if kind == "build_started" and watch.aborting():
                 raise _Abort()
 
         result = tune_model(
@@ -216,6 +269,11 @@ class Worker:
         return result.artifact_id
 
     def close(self) -> None:
+        self._closed.set()
+        if self._presence.is_alive():
+            self._presence.join()
+        with contextlib.suppress(Exception):
+            queue.worker_gone(self.sessions, self.worker_id)
         self.engine.dispose()
 
 
@@ -228,6 +286,7 @@ def run_worker(
     """
     settings.ensure_dirs()
     worker = Worker(settings, shutdown)
+    worker.start_presence()
     log.info("worker %s polling %s", worker.worker_id, settings.resolved_database_url())
     try:
         while not worker.shutdown.is_set():

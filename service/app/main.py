@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
@@ -161,9 +162,69 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+class WorkerSupervisor:
+    """Keeps ``count`` worker processes running: one that dies (a crash, the OOM killer, kill -9)
+    is started again after a backoff that doubles while restarts keep failing (1 s … 60 s) and
+    resets once a worker has lived a minute. Its job goes back to the queue when its heartbeat is
+    stale (``stale_after_seconds``) and the new worker resumes it from the recorded trials."""
+
+    BACKOFF_START = 1.0
+    BACKOFF_MAX = 60.0
+    HEALTHY_AFTER = 60.0
+
+    def __init__(self, settings: Settings, count: int) -> None:
+        self.settings = settings
+        self.processes = [start_worker(settings) for _ in range(count)]
+        self._started = [time.monotonic()] * count
+        self._backoff = [self.BACKOFF_START] * count
+        self._due: list[float | None] = [None] * count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            for i, process in enumerate(self.processes):
+                self.check(i, process)
+
+    def check(self, i: int, process: subprocess.Popen[bytes]) -> None:
+        now = time.monotonic()
+        if process.poll() is None:
+            if now - self._started[i] > self.HEALTHY_AFTER:
+                self._backoff[i] = self.BACKOFF_START
+            return
+        due = self._due[i]
+        if due is None:
+            log.warning(
+                "worker %d (pid %d) exited with %s; restarting in %.0f s",
+                i,
+                process.pid,
+                process.returncode,
+                self._backoff[i],
+            )
+            self._due[i] = now + self._backoff[i]
+            return
+        if now < due or self._stop.is_set():
+            return
+        self.processes[i] = start_worker(self.settings)
+        self._started[i] = now
+        self._due[i] = None
+        self._backoff[i] = min(self._backoff[i] * 2, self.BACKOFF_MAX)
+        log.warning("worker %d restarted (pid %d)", i, self.processes[i].pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for process in self.processes:
+            stop_worker(process)
+
+
 def serve(settings: Settings | None = None) -> None:
-    """Migrate the database, start ``settings.workers`` worker processes, run the API until
-    interrupted, then stop the workers."""
+    """Migrate the database, start and supervise ``settings.workers`` worker processes, run the
+    API until interrupted, then stop the workers."""
     import uvicorn
 
     settings = resolve_api_token(settings or Settings(), announce=True)
@@ -172,9 +233,9 @@ def serve(settings: Settings | None = None) -> None:
     # uvicorn re-raises the SIGTERM it caught once it has shut down; as an exception (not the
     # default handler's instant death) it lets the workers below be stopped.
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    workers = [start_worker(settings) for _ in range(settings.workers)]
+    supervisor = WorkerSupervisor(settings, settings.workers)
+    supervisor.start()
     try:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
     finally:
-        for process in workers:
-            stop_worker(process)
+        supervisor.stop()

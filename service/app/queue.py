@@ -12,13 +12,20 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Update, select, update
+from sqlalchemy import ColumnElement, CursorResult, Update, delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from convtune.db.models import TERMINAL_STATUSES, JobEventRow, JobRow, JobStatus, utcnow
+from convtune.db.models import (
+    TERMINAL_STATUSES,
+    JobEventRow,
+    JobRow,
+    JobStatus,
+    WorkerRow,
+    utcnow,
+)
 
 from .core.errors import ApiError
 
@@ -58,25 +65,61 @@ def record_event(
         session.commit()
 
 
-def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
-    """Mark the oldest queued job running for ``worker_id`` and return its id; None if none.
+def _fair_order(session: Session) -> list[int]:
+    """Queued job ids in claim order: round-robin over clients, each client's oldest first.
 
-    PostgreSQL: the candidate row is locked (``FOR UPDATE SKIP LOCKED``), so the update always
-    wins. SQLite: no row locks; a claimer that loses the conditional update to another looks
-    again, so it returns None only when nothing is queued.
+    The client served longest ago (its latest ``started_at``; never served first) goes first;
+    ties go to the client whose oldest queued job is older. A client with 700,000 trials queued
+    no longer keeps another's 1-trial job waiting behind all of it.
+    """
+    queued = session.execute(
+        select(JobRow.id, JobRow.owner).where(JobRow.status == JobStatus.QUEUED).order_by(JobRow.id)
+    ).all()
+    if not queued:
+        return []
+    owners = {owner for _, owner in queued}
+    served: dict[str, datetime | None] = {
+        owner: last
+        for owner, last in session.execute(
+            select(JobRow.owner, func.max(JobRow.started_at))
+            .where(JobRow.owner.in_(owners), JobRow.started_at.is_not(None))
+            .group_by(JobRow.owner)
+        )
+    }
+    per_owner: dict[str, list[int]] = {}
+    for job_id, owner in queued:
+        per_owner.setdefault(owner, []).append(job_id)
+    epoch = datetime.min.replace(tzinfo=UTC)
+
+    def turn(owner: str) -> tuple[datetime, int]:
+        last = served.get(owner)
+        if last is not None and last.tzinfo is None:
+            last = last.replace(tzinfo=UTC)
+        return (last or epoch, per_owner[owner][0])
+
+    order: list[int] = []
+    for owner in sorted(per_owner, key=turn):
+        order.extend(per_owner[owner])
+    return order
+
+
+def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
+    """Mark the next queued job (``_fair_order``) running for ``worker_id``; None if none.
+
+    PostgreSQL: the candidate row is locked (``FOR UPDATE SKIP LOCKED``), so a row another
+    claimer holds is skipped and the update always wins. SQLite: no row locks; a claimer that
+    loses the conditional update to another tries the next candidate, so it returns None only
+    when nothing is queued.
     """
     with factory() as session:
-        while True:
+        for candidate in _fair_order(session):
             job_id = session.scalar(
                 select(JobRow.id)
-                .where(JobRow.status == JobStatus.QUEUED)
-                .order_by(JobRow.id)
-                .limit(1)
+                .where(JobRow.id == candidate, JobRow.status == JobStatus.QUEUED)
                 .with_for_update(skip_locked=True)  # SQLite renders nothing
             )
             if job_id is None:
-                session.rollback()
-                return None
+                continue
             now = utcnow()
             claimed = _changed(
                 session,
@@ -98,6 +141,48 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
             append_event(session, job_id, "claimed", {"worker_id": worker_id, "attempt": attempts})
             session.commit()
             return job_id
+        session.rollback()
+        return None
+
+
+def worker_alive(
+    factory: SessionFactory, worker_id: str, *, job_id: int | None = None, pid: int = 0
+) -> None:
+    """Record that ``worker_id`` is alive now (and which job it runs): ``/healthz`` counts the
+    workers whose row is fresher than ``stale_after_seconds``."""
+    now = utcnow()
+    with factory() as session:
+        done = _changed(
+            session,
+            update(WorkerRow)
+            .where(WorkerRow.worker_id == worker_id)
+            .values(heartbeat_at=now, job_id=job_id),
+        )
+        if done == 0:
+            host = worker_id.split(":", 1)[0]
+            session.add(
+                WorkerRow(worker_id=worker_id, host=host, pid=pid, heartbeat_at=now, job_id=job_id)
+            )
+        session.commit()
+
+
+def worker_gone(factory: SessionFactory, worker_id: str) -> None:
+    """Remove a worker's row as it exits; rows of killed workers are pruned by age."""
+    with factory() as session:
+        session.execute(delete(WorkerRow).where(WorkerRow.worker_id == worker_id))
+        session.commit()
+
+
+def prune_workers(factory: SessionFactory, older_than_seconds: float) -> int:
+    """Delete rows of workers that stopped heartbeating long ago (killed, host gone)."""
+    cutoff = utcnow() - timedelta(seconds=older_than_seconds)
+    with factory() as session:
+        gone = cast(
+            "CursorResult[Any]",
+            session.execute(delete(WorkerRow).where(WorkerRow.heartbeat_at < cutoff)),
+        ).rowcount
+        session.commit()
+        return gone
 
 
 @dataclass(frozen=True)

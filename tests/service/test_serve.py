@@ -12,6 +12,13 @@ import pytest
 from tests.service.conftest import database, start_service
 
 
+def worker_children(api: psutil.Process) -> list[psutil.Process]:
+    """The API's worker processes (it also runs the extraction forkserver)."""
+    return [
+        p for p in api.children() if "convtune.service.worker" in " ".join(p.cmdline())
+    ]
+
+
 def wait_gone(process: psutil.Process, timeout: float) -> bool:
     try:
         process.wait(timeout)
@@ -27,10 +34,9 @@ def test_embedded_worker_stops_with_the_api(tmp_path, how):
         try:
             api = psutil.Process(service.proc.process.pid)
             deadline = time.monotonic() + 30
-            while not (children := api.children()) and time.monotonic() < deadline:
+            while not (workers := worker_children(api)) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            [worker] = children
-            assert "convtune.service.worker" in " ".join(worker.cmdline())
+            [worker] = workers
             # Its signal handlers are set once it polls (it shares the API's log).
             while "polling" not in service.proc.log() and time.monotonic() < deadline:
                 time.sleep(0.1)
