@@ -99,6 +99,7 @@ class Extractor:
         self.inflight[request.sha256] = future
         try:
             async with self._per_client[request.owner], self._slots:
+                log.info("extracting %s for %s", request.sha256[:12], request.owner)
                 kind, value = await run_in_threadpool(_run_child, request, self.timeout)
             model_id = self._result(kind, value)
         except BaseException as exc:

@@ -165,9 +165,10 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 _WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1)}
 
 
-def check_model(model: onnx.ModelProto, limits: ModelLimits) -> None:
+def check_model(model: onnx.ModelProto, limits: ModelLimits) -> int:
     """Refuse (422) a model over the node or tensor-size limits, with an opset outside what
-    onnxruntime and TVM both take, zero-sized weights or non-finite float weights."""
+    onnxruntime and TVM both take, zero-sized weights or non-finite float weights; returns its
+    node count."""
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and not MIN_OPSET <= opset.version <= max_opset():
             raise _refused(
@@ -190,6 +191,7 @@ def check_model(model: onnx.ModelProto, limits: ModelLimits) -> None:
         for tensor in _tensors(graph):
             _check_tensor(tensor, weights, limits)
     _check_inferred_shapes(model, limits)
+    return nodes
 
 
 def _check_tensor(tensor: onnx.TensorProto, weights: dict[str, str], limits: ModelLimits) -> None:

@@ -227,6 +227,7 @@ def serve(settings: Settings | None = None) -> None:
     API until interrupted, then stop the workers."""
     import uvicorn
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = resolve_api_token(settings or Settings(), announce=True)
     settings.ensure_dirs()
     upgrade(settings.resolved_database_url())

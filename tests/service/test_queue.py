@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from convtune.db.models import JobEventRow, JobRow, ModelRow, utcnow
+from convtune.db.models import JobEventRow, JobRow, ModelRow, WorkerRow, utcnow
 from convtune.db.session import session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.errors import ApiError
@@ -36,9 +36,11 @@ def model_id(sessions) -> int:
         return model.id
 
 
-def add_jobs(sessions, model_id: int, n: int) -> list[int]:
+def add_jobs(sessions, model_id: int, n: int, owner: str = "anonymous") -> list[int]:
     with sessions() as session:
-        jobs = [JobRow(model_id=model_id, options={"trials_per_task": 2}) for _ in range(n)]
+        jobs = [
+            JobRow(model_id=model_id, options={"trials_per_task": 2}, owner=owner) for _ in range(n)
+        ]
         session.add_all(jobs)
         session.commit()
         return [job.id for job in jobs]
@@ -166,3 +168,37 @@ def test_finish_and_release_by_the_owner(sessions, model_id):
     row = job(sessions, second)
     assert (row.status, row.worker_id, row.attempts) == ("queued", None, 0)
     assert kinds(sessions, second) == ["claimed", "released"]
+
+
+def test_two_clients_jobs_interleave(sessions, model_id):
+    """A queues three jobs before B queues two: claims alternate A, B, A, B, A."""
+    a = add_jobs(sessions, model_id, 3, owner="client-a")
+    b = add_jobs(sessions, model_id, 2, owner="client-b")
+    order = []
+    while (job_id := queue.claim_next(sessions, "w")) is not None:
+        order.append(job_id)
+        assert queue.finish(sessions, job_id, "w", "succeeded")
+    assert order == [a[0], b[0], a[1], b[1], a[2]]
+
+
+def test_a_new_client_goes_before_a_busy_one(sessions, model_id):
+    busy = add_jobs(sessions, model_id, 3, owner="busy")
+    assert queue.claim_next(sessions, "w") == busy[0]
+    [newcomer] = add_jobs(sessions, model_id, 1, owner="newcomer")
+    assert queue.claim_next(sessions, "w2") == newcomer
+
+
+def test_worker_rows_heartbeat_and_are_pruned(sessions):
+    queue.worker_alive(sessions, "host:1:a", pid=1)
+    queue.worker_alive(sessions, "host:1:a", job_id=7)
+    queue.worker_alive(sessions, "host:2:b", pid=2)
+    with sessions() as session:
+        rows = {r.worker_id: r for r in session.scalars(select(WorkerRow))}
+    assert set(rows) == {"host:1:a", "host:2:b"}
+    assert (rows["host:1:a"].job_id, rows["host:1:a"].host) == (7, "host")
+    queue.worker_gone(sessions, "host:1:a")
+    assert queue.prune_workers(sessions, 3600) == 0
+    with sessions() as session:
+        session.execute(update(WorkerRow).values(heartbeat_at=utcnow() - timedelta(seconds=7200)))
+        session.commit()
+    assert queue.prune_workers(sessions, 3600) == 1

@@ -14,9 +14,7 @@ from tests.service.conftest import database, start_service
 
 def worker_children(api: psutil.Process) -> list[psutil.Process]:
     """The API's worker processes (it also runs the extraction forkserver)."""
-    return [
-        p for p in api.children() if "convtune.service.worker" in " ".join(p.cmdline())
-    ]
+    return [p for p in api.children() if "convtune.service.worker" in " ".join(p.cmdline())]
 
 
 def wait_gone(process: psutil.Process, timeout: float) -> bool:
