@@ -54,7 +54,7 @@ def test_no_server_error_and_no_schema_mismatch(service, mode):
             derandomize=True,
             suppress_health_check=list(HealthCheck),
         )
-        def run(case: schemathesis.Case) -> None:
+        def run(case: schemathesis.Case, checks: list = checks) -> None:
             case.call_and_validate(base_url=service.url, checks=checks, timeout=60)
 
         try:
