@@ -21,7 +21,7 @@ from onnx import numpy_helper
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from convtune.db.models import JobRow, ModelRow
+from convtune.db.models import JobRow, JobStatus, ModelRow
 
 from .core.config import Settings
 from .core.errors import ApiError
@@ -70,7 +70,7 @@ def check_job_quota(session: Session, client: str, settings: Settings) -> None:
     """A client may have at most ``max_queued_jobs_per_client`` jobs queued or running."""
     waiting = session.scalar(
         select(func.count(JobRow.id)).where(
-            JobRow.owner == client, JobRow.status.in_(("queued", "running"))
+            JobRow.owner == client, JobRow.status.in_((JobStatus.QUEUED, JobStatus.RUNNING))
         )
     )
     if (waiting or 0) >= settings.max_queued_jobs_per_client:

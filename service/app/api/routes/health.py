@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from convtune.db.models import JobRow, WorkerRow, utcnow
+from convtune.db.models import JobRow, JobStatus, WorkerRow, utcnow
 
 from ...core.errors import ApiError
 from ...schemas import ErrorOut
@@ -41,7 +41,7 @@ def healthz(engine: EngineDep, session: SessionDep, settings: SettingsDep) -> He
             )
         )
         oldest = session.scalar(
-            select(func.min(JobRow.created_at)).where(JobRow.status == "queued")
+            select(func.min(JobRow.created_at)).where(JobRow.status == JobStatus.QUEUED)
         )
     except SQLAlchemyError as exc:
         message = f"the database does not answer ({type(exc).__name__})"
