@@ -19,6 +19,7 @@ from tvm.ir import IRModule, Op
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.target import Target
 
+from . import stem_conv
 from .depthwise_conv import is_blocked_depthwise_call, legalize_depthwise_conv2d
 from .isa import vector_lanes
 
@@ -27,6 +28,8 @@ _CONV2D = Op.get("relax.nn.conv2d")
 
 def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     attrs = call.attrs
+    if stem_conv.is_output_blocked(str(attrs.data_layout), str(attrs.out_layout)):
+        return stem_conv.legalize(bb, call)
     if len(attrs.data_layout) == 4:
         return _CONV2D.get_attr("FLegalize")(bb, call)
     if is_blocked_depthwise_call(call):
@@ -54,5 +57,6 @@ def blocked_layout(mod: IRModule, target: Target) -> IRModule:
     mod = relax.transform.ConvertLayout(
         {"relax.nn.conv2d": [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"]}
     )(mod)
+    mod = stem_conv.block_outputs(mod, lanes)
     with target:
         return relax.transform.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d})(mod)

@@ -24,12 +24,14 @@ all rows stream through; or rows outermost: one input row stays in L1/L2 for eve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import product
 from typing import ClassVar
 
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace
@@ -70,33 +72,59 @@ def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
     ]
 
 
-def schedule_pointwise_conv(sch: Schedule, oc_inner: int, oh_inner: int, order: str) -> None:
-    """Apply the 2-D register-blocked schedule (in place), sampling the column block."""
-    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
+@dataclass(frozen=True)
+class RegisterBlock:
+    """One design space: the accumulator block's output-channel chunks and rows, the outer order,
+    and whether the kernel window's column loop is unrolled too (stem convs, ``stem_conv.py``)."""
+
+    oc: int
+    rows: int
+    order: str
+    unroll_window: bool = False
+
+
+def schedule_register_block(
+    sch: Schedule, conv: SBlockRV, output: SBlockRV | None, block: RegisterBlock, ic_block: int
+) -> None:
+    """Tile ``conv`` (loops n, oc_chunk, oh, ow, oc_block, ic, kh, kw) into the 2-D register
+    block (in place), sampling the column block; the reduction over ``ic`` is split by
+    ``ic_block`` (the input's channel block), or unrolled whole when ``ic_block`` is its extent."""
     n, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
-    lanes = int(sch.get(oc_block).extent)
-    oc_outer, oc_in = sch.split(oc_chunk, [None, oc_inner])
-    oh_outer, oh_in = sch.split(oh, [None, oh_inner])
+    oc_outer, oc_in = sch.split(oc_chunk, [None, block.oc])
+    oh_outer, oh_in = sch.split(oh, [None, block.rows])
     columns = sch.sample_perfect_tile(
-        ow, n=2, max_innermost_factor=max(1, MAX_REGISTER_BLOCK // (oc_inner * oh_inner))
+        ow, n=2, max_innermost_factor=max(1, MAX_REGISTER_BLOCK // (block.oc * block.rows))
     )
     ow_outer, ow_in = sch.split(ow, columns)
-    ic_outer, ic_inner = sch.split(ic, [None, lanes])
-    outer = [oc_outer, oh_outer] if order == "oc-outer" else [oh_outer, oc_outer]
-    sch.reorder(
-        *outer, ow_outer, ic_outer, kh, kw, ic_inner, oc_in, oh_in, ow_in, oc_block
-    )  # fmt: skip
+    if int(sch.get(ic).extent) == ic_block:
+        reduction = [ic, kh, kw]
+        unrolled = [ic]
+    else:
+        ic_outer, ic_inner = sch.split(ic, [None, ic_block])
+        reduction = [ic_outer, kh, kw, ic_inner]
+        unrolled = []
+    outer = [oc_outer, oh_outer] if block.order == "oc-outer" else [oh_outer, oc_outer]
+    sch.reorder(*outer, ow_outer, *reduction, oc_in, oh_in, ow_in, oc_block)
     sch.parallel(sch.fuse(n, *outer))
-    for loop in (oc_in, oh_in, ow_in):
+    if block.unroll_window:
+        unrolled.append(kw)
+    for loop in (*unrolled, oc_in, oh_in, ow_in):
         sch.unroll(loop)
     sch.vectorize(oc_block)
     if output is not None:
         # The accumulator tile is consumed where it is produced (see nchwc_conv.py).
         sch.reverse_compute_at(output, ow_outer, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(output)[-1])
-    sch.decompose_reduction(conv, ic_outer)
-    for block in prologue:
-        parallel_vectorize(sch, block)
+    sch.decompose_reduction(conv, reduction[0])
+
+
+def schedule_pointwise_conv(sch: Schedule, block: RegisterBlock) -> None:
+    """Apply the 2-D register-blocked schedule of this space (in place)."""
+    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
+    lanes = int(sch.get(sch.get_loops(conv)[4]).extent)
+    schedule_register_block(sch, conv, output, block, ic_block=lanes)
+    for prologue_block in prologue:
+        parallel_vectorize(sch, prologue_block)
 
 
 def design_spaces(sch: Schedule) -> list[Schedule]:
@@ -108,7 +136,7 @@ def design_spaces(sch: Schedule) -> list[Schedule]:
     ):
         copy = sch.copy()
         copy.seed(sch.fork_seed())
-        schedule_pointwise_conv(copy, oc_inner, oh_inner, order)
+        schedule_pointwise_conv(copy, RegisterBlock(oc_inner, oh_inner, order))
         spaces.append(copy)
     return spaces
 

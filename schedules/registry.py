@@ -17,12 +17,14 @@ from .depthwise_conv import DepthwiseConvSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
 from .nchwc_conv2d import PointwiseConvSpace
+from .stem_conv import StemConvSpace
 
 SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
     RegisterBlockedConvSpace(),
     PointwiseConvSpace(),
     DepthwiseConvSpace(),
+    StemConvSpace(),
 )
 
 

@@ -1,0 +1,223 @@
+"""Convolutions with few input channels (the 7×7 stride-2 RGB stem): NCHW in, NCHW[x]c out.
+
+Such a conv cannot be blocked on its input (3 % 16 != 0), and in NCHW the generic space found
+no good schedule for ResNet-50's stem in 16 trials: 0.19× onnxruntime, the layer furthest from it
+(per-layer benchmark, README). Here the input stays NCHW (no transform, no channel padding that
+would multiply zeros) and only the output is blocked, as in MLAS's NCHWc convolution for the first
+layer: the weights are packed at build time to ``OIHW{x}o`` (``(O/x, I, KH, KW, x)``), so one
+weight vector holds ``x`` output channels of one input channel and tap, and the output is
+``NCHW{x}c`` like every blocked conv after it (the layout pass, ``layout.py``, carries it on).
+
+The kernel of this space is the 2-D register block of ``nchwc_conv2d.py`` with the input-channel
+loop (3 iterations) unrolled whole, and optionally the window's column loop too::
+
+    for kh, [kw]:                                   # kw unrolled or not (a design space)
+        for ic in 0..C (unrolled):
+            w[c] = weights[oc_outer·oc_inner + c, ic, kh, kw, 0:x]
+            for j (unrolled): acc[c, j] += broadcast(input[ic, row·s + kh, (col + j)·s + kw]) * w[c]
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any, ClassVar
+
+import numpy as np
+from tvm import relax, te, topi
+from tvm.ir import IRModule, Op
+from tvm.ir.expr import Constant
+from tvm.relax import BlockBuilder, Call, Expr
+from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.target import Target
+
+from .base import ScheduleSpace
+from .nchwc_conv import conv_and_epilogue
+from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
+
+STEM_BLOCK = "conv2d_nchw_NCHWc"
+SPACE_NAME = "stem-nchw-nchwc"
+
+
+def blocks_output_only(in_channels: int, out_channels: int, groups: int, lanes: int) -> bool:
+    """Whether a conv is compiled NCHW in, NCHW{lanes}c out: a dense conv whose output channels
+    divide by the lanes and whose input channels do not (fewer than a block: the RGB stem)."""
+    return groups == 1 and out_channels % lanes == 0 and in_channels < lanes
+
+
+def pack_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
+    """OIHW → OIHW{x}o: ``(O/x, I, KH, KW, x)``, one vector of ``x`` output channels per tap."""
+    o, i, kh, kw = weight.shape
+    return np.ascontiguousarray(
+        weight.reshape(o // lanes, lanes, i, kh, kw).transpose(0, 2, 3, 4, 1)
+    )
+
+
+def conv2d_nchw_nchwc(
+    data: te.Tensor,
+    weight: te.Tensor,
+    strides: Any,
+    padding: Any,
+    dilation: Any,
+    out_dtype: str,
+) -> te.Tensor:
+    """TE compute: ``data`` NCHW, ``weight`` (O/x, I, KH, KW, x), output (N, O/x, OH, OW, x).
+
+    Its loops are ordered as TOPI's conv2d_NCHWc (n, oc_chunk, oh, ow, oc_block, ic, kh, kw).
+    """
+    batch, channels, height, width = (int(d) for d in data.shape)
+    oc_chunks, _, kh, kw, oc_block = (int(d) for d in weight.shape)
+    sh, sw = (int(s) for s in strides)
+    dh, dw = (int(d) for d in dilation)
+    top, left, bottom, right = (int(p) for p in padding)
+    out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    padded = (
+        topi.nn.pad(data, [0, 0, top, left], [0, 0, bottom, right], name="data_pad")
+        if top or left or bottom or right
+        else data
+    )
+    ic = te.reduce_axis((0, channels), name="ic")
+    rh = te.reduce_axis((0, kh), name="kh")
+    rw = te.reduce_axis((0, kw), name="kw")
+    return te.compute(
+        (batch, oc_chunks, out_h, out_w, oc_block),
+        lambda n, oc_chunk, oh, ow, oc_b: te.sum(
+            padded[n, ic, oh * sh + rh * dh, ow * sw + rw * dw].astype(out_dtype)
+            * weight[oc_chunk, ic, rh, rw, oc_b].astype(out_dtype),
+            axis=[ic, rh, rw],
+        ),
+        name=STEM_BLOCK,
+        tag="conv2d_nchw_NCHWc",
+    )
+
+
+def is_output_blocked(data_layout: str, out_layout: str) -> bool:
+    """Whether a Relax conv2d's layouts are this module's: NCHW data, blocked output."""
+    return data_layout == "NCHW" and out_layout != "NCHW" and out_layout.startswith("NCHW")
+
+
+def legalize(bb: BlockBuilder, call: Call) -> Expr:
+    """Lower a Relax conv2d with NCHW data and NCHW{x}c output to the TE compute above."""
+    attrs = call.attrs
+    out_dtype = str(attrs.out_dtype)
+    if out_dtype in ("", "None", "void"):
+        out_dtype = str(call.args[0].ty.dtype)
+    return bb.call_te(
+        conv2d_nchw_nchwc,
+        call.args[0],
+        call.args[1],
+        attrs.strides,
+        attrs.padding,
+        attrs.dilation,
+        out_dtype,
+        primfunc_name_hint="conv2d_nchw_NCHWc",
+    )
+
+
+def output_blocked_conv(data: Expr, weight: np.ndarray, attrs: Any, lanes: int) -> Expr:
+    """The Relax conv2d of ``data`` (NCHW) with the constant OIHW ``weight`` (packed here, at
+    build time) and the strides/padding/dilation of ``attrs``, its output in NCHW{lanes}c."""
+    out_dtype = str(attrs.out_dtype)
+    return relax.op.nn.conv2d(
+        data,
+        relax.const(pack_weight(weight, lanes), str(weight.dtype)),
+        strides=attrs.strides,
+        padding=attrs.padding,
+        dilation=attrs.dilation,
+        groups=1,
+        data_layout="NCHW",
+        kernel_layout=f"OIHW{lanes}o",
+        out_layout=f"NCHW{lanes}c",
+        out_dtype=out_dtype if out_dtype not in ("", "None", "void") else None,
+    )
+
+
+@mutator
+class _BlockOutputs(PyExprMutator):
+    """NCHW convs that :func:`blocks_output_only` selects → the output-blocked conv, then a
+    transform back to NCHW for the ops after it (Relax's ConvertLayout cannot carry a conv whose
+    input and output layouts differ: it fails with "Layouts must have the same size")."""
+
+    def __init__(self, mod: IRModule, lanes: int) -> None:
+        super().__init__(mod)
+        self.lanes = lanes
+
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        if not isinstance(call.op, Op) or call.op.name != "relax.nn.conv2d":
+            return call
+        weight = call.args[1]
+        attrs = call.attrs
+        if str(attrs.data_layout) != "NCHW" or not isinstance(weight, Constant):
+            return call
+        value = weight.value.numpy()
+        if value.ndim != 4 or not blocks_output_only(
+            value.shape[1] * int(attrs.groups), value.shape[0], int(attrs.groups), self.lanes
+        ):
+            return call
+        lanes = self.lanes
+        conv = self.builder_.emit(output_blocked_conv(call.args[0], value, attrs, lanes))
+        return relax.op.layout_transform(conv, lambda n, c, h, w, b: (n, c * lanes + b, h, w))
+
+
+def block_outputs(mod: IRModule, lanes: int) -> IRModule:
+    """``mod`` with every conv :func:`blocks_output_only` selects computed NCHW in, NCHWc out."""
+    rewriter = _BlockOutputs(mod, lanes)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
+def _stem_loops(mod: IRModule) -> dict[str, int] | None:
+    sch = Schedule(mod)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(block).name_hint == STEM_BLOCK:
+            names = ("n", "oc_chunk", "oh", "ow", "oc_block", "ic", "kh", "kw")
+            return {
+                name: int(sch.get(loop).extent)
+                for name, loop in zip(names, sch.get_loops(block), strict=True)
+            }
+    return None
+
+
+def schedule_stem_conv(sch: Schedule, block: RegisterBlock) -> None:
+    """Apply this space's schedule for ``block`` (in place), sampling the column block."""
+    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME, STEM_BLOCK)
+    ic = int(sch.get(sch.get_loops(conv)[5]).extent)
+    schedule_register_block(sch, conv, output, block, ic_block=ic)
+    for pad in prologue:
+        # NCHW padding of a few channels: whole rows copied in parallel (its rows are not a
+        # multiple of the vector width; it is ~1% of the conv's time).
+        loops = sch.get_loops(pad)
+        sch.parallel(sch.fuse(*loops[:-1]))
+
+
+def design_spaces(sch: Schedule) -> list[Schedule]:
+    loops = _stem_loops(sch.mod)
+    assert loops is not None
+    spaces = []
+    for oc, order, unroll_window in product(OC_BLOCKS, ORDERS, (False, True)):
+        if loops["oc_chunk"] % oc:
+            continue
+        copy = sch.copy()
+        copy.seed(sch.fork_seed())
+        schedule_stem_conv(copy, RegisterBlock(oc, 1, order, unroll_window))
+        spaces.append(copy)
+    return spaces
+
+
+class StemConvSpace(ScheduleSpace):
+    """Convs compiled NCHW in, NCHW[x]c out (few input channels): the register block above,
+    one design space per (output-channel chunks, outer order, unrolled window column)."""
+
+    name: ClassVar[str] = SPACE_NAME
+    seed_trials: ClassVar[int] = 8
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return _stem_loops(mod) is not None
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return ScheduleFn(design_spaces, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
