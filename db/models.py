@@ -190,6 +190,25 @@ class TuningRecordRow(_Row, Base):
     trial_index: Mapped[int | None] = mapped_column(Integer)
     space: Mapped[str | None] = mapped_column(String(64))
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    # Who measured it: "local:<host>" or the fleet device's tracker address "<fleet>@<ip>:<port>".
+    device: Mapped[str | None] = mapped_column(String(255))
+
+
+class FleetRow(_Row, Base):
+    """Measuring machines behind one TVM RPC tracker key; its peak measured on one of them."""
+
+    __tablename__ = "fleets"
+
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    tracker_host: Mapped[str] = mapped_column(String(255))
+    tracker_port: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(255))
+    target: Mapped[str | None] = mapped_column(Text)
+    peak_gflops_per_core: Mapped[float | None] = mapped_column(Float)
+    peak_gflops_all: Mapped[float | None] = mapped_column(Float)
+    peak_threads: Mapped[int | None] = mapped_column(Integer)
+    peak_device: Mapped[str | None] = mapped_column(String(255))
+    peak_measured_at: Mapped[datetime | None]
 
 
 class ArtifactRow(_Row, Base):

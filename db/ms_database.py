@@ -285,6 +285,7 @@ class SQLDatabase(PyDatabase):
         space: str | None,
         job_id: int | None,
         flops: float | None,
+        device: str | None = None,
     ) -> int:
         """Store one trial of ``workload_id`` and return its row id (committed).
 
@@ -305,6 +306,7 @@ class SQLDatabase(PyDatabase):
             space=space,
             job_id=job_id,
             flops=flops,
+            device=device,
         )
 
     def commit_tuning_record(self, record: TuningRecord) -> None:

@@ -19,6 +19,7 @@ from convtune.service.cli_common import (
     open_database,
     user_errors,
 )
+from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
@@ -33,6 +34,8 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(perf_app)
+app.add_typer(fleets_app, name="fleets")
+app.add_typer(device_app)
 
 console = Console(stderr=True)
 
@@ -143,6 +146,9 @@ def tune(
     ] = DEFAULT_LAYOUT,
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
+    fleet: Annotated[
+        str | None, typer.Option(help="Measure on this fleet's RPC devices (convtune fleets add).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Tune every task of MODEL, build OUT/model.so, verify it against onnxruntime."""
@@ -160,6 +166,7 @@ def tune(
             seed=seed,
             retune=retune,
             layout=layout,
+            fleet=fleet,
         )
         progress = Progress()
         with progress.live:

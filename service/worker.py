@@ -41,9 +41,13 @@ from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
 
 log = logging.getLogger("convtune.worker")
+
+# A job paused because its fleet cannot measure is claimed again after this many queue polls.
+FLEET_RETRY_POLLS = 30
 
 
 class _Abort(Exception):
@@ -189,6 +193,12 @@ class Worker:
                 artifact_id = self._tune(job_id, watch)
         except _Abort:
             self._stopped(job_id, watch)
+            return
+        except FleetUnavailable as exc:  # trials so far are recorded; resume when it is back
+            log.warning("job %d paused: %s", job_id, exc.message)
+            queue.record_event(self.sessions, job_id, "paused", {"reason": exc.message})
+            queue.release(self.sessions, job_id, self.worker_id, f"paused: {exc.message}")
+            self.shutdown.wait(FLEET_RETRY_POLLS * self.settings.poll_seconds)
             return
         except ConvtuneError as exc:
             log.warning("job %d failed: %s", job_id, exc.message)

@@ -53,6 +53,8 @@ class TuneOptions:
     seed: int = 0
     retune: bool = False
     layout: Layout = DEFAULT_LAYOUT
+    #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
+    fleet: str | None = None
 
     def __post_init__(self) -> None:
         self.layout = Layout.parse(self.layout)

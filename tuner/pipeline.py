@@ -20,6 +20,7 @@ from convtune.db.ms_database import SQLDatabase
 
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
 from .extract import ModelTask, RelaxModel, extract_tasks
+from .fleet import FleetUnavailable, find_fleet
 from .ingest import IngestedModel
 from .library import build_library, file_sha256
 from .options import DEFAULT_LAYOUT, Layout, TuneOptions
@@ -139,13 +140,16 @@ def tune_model(
     """Extract, search (resuming from the database), build, verify; returns the stored artifact.
 
     Raises ``VerificationError`` if the artifact disagrees with onnxruntime: no artifact row is
-    written then, and the library is removed.
+    written then, and the library is removed. With ``options.fleet``, trials are measured on the
+    fleet's devices and the artifact is verified on one of them too; ``FleetUnavailable`` when
+    the fleet cannot measure (the job pauses; what was measured is recorded).
     """
     emit = on_event or (lambda kind, payload: None)
+    fleet = find_fleet(engine, options.fleet) if options.fleet else None
     prepared = prepare_model(
         ingested,
         engine=engine,
-        target=options.target,
+        target=options.target or (fleet.target if fleet else None),
         stored_path=stored_path,
         layout=options.layout,
     )
@@ -165,7 +169,10 @@ def tune_model(
         job_id=job_id,
         on_event=emit,
         should_stop=should_stop,
+        fleet=fleet,
     )
+    if fleet is not None and search.paused:
+        raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
     emit("build_started", {"trials_measured": search.trials_measured, "reason": search.reason})
     so_path = build_library(prepared.relax_model, prepared.database, prepared.target, out_dir)
     set_threads(threads)
@@ -176,10 +183,18 @@ def tune_model(
             threads=threads,
             seed=options.seed,
         )
+        on_device = None
+        if fleet is not None:
+            from .remote import verify_on_fleet
+
+            remote, device = verify_on_fleet(
+                so_path, ingested, fleet, threads=threads, seed=options.seed
+            )
+            on_device = {"fleet": fleet.name, "device": device, **remote.as_dict()}
     except Exception:
         so_path.unlink(missing_ok=True)
         raise
-    emit("verified", verification.as_dict())
+    emit("verified", {**verification.as_dict(), "on_device": on_device})
     layers = layer_figures(prepared)
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -192,7 +207,7 @@ def tune_model(
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},
         "library": {"file": so_path.name, "sha256": file_sha256(so_path)},
-        "verification": verification.as_dict(),
+        "verification": {**verification.as_dict(), "on_device": on_device},
         "search": {
             "trials_measured": search.trials_measured,
             "stopped_early": search.stopped_early,

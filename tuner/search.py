@@ -42,7 +42,9 @@ from convtune.schedules.registry import SPACES, space_of, union_space
 
 from .builder import CandidateBuilder
 from .extract import ModelTask
+from .fleet import Fleet
 from .options import task_budget
+from .runner import make_runner, measured_by, shutdown_runner
 
 EventSink = Callable[[str, dict[str, Any]], None]
 
@@ -69,6 +71,7 @@ class SearchResult:
     trials_measured: int = 0
     stopped_early: bool = False
     reason: str = ""
+    paused: str = ""  # why the fleet could not measure (tracker gone): the job pauses
 
 
 def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
@@ -134,6 +137,8 @@ class TrialBudget:
         return self.seen[index]
 
     def stop_reason(self) -> str:
+        if self.result.paused:
+            return f"paused: {self.result.paused}"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return "time budget reached"
         if self.should_stop is not None and self.should_stop():
@@ -215,8 +220,10 @@ class RecordTrials(PyMeasureCallback):
         spaces: Sequence[ScheduleSpace],
         job_id: int | None,
         on_event: EventSink | None,
+        runner: ms.runner.Runner,
     ) -> None:
         super().__init__()
+        self.runner = runner
         self.database = database
         self.budget = budget
         self.active = active  # scheduler task id -> index into plan.tasks
@@ -240,6 +247,10 @@ class RecordTrials(PyMeasureCallback):
         for candidate, built, ran in zip(
             measure_candidates, builder_results, runner_results, strict=True
         ):
+            measured = measured_by(self.runner, built.artifact_path)
+            if measured.unmeasured:  # not a trial: the fleet was unreachable; the job pauses
+                self.budget.result.paused = measured.unmeasured
+                continue
             error = built.error_msg or ran.error_msg
             errors += bool(error)
             run_secs = None if error or ran.run_secs is None else [float(s) for s in ran.run_secs]
@@ -254,6 +265,7 @@ class RecordTrials(PyMeasureCallback):
                 space=space_of(str(trace_json), self.spaces),
                 job_id=self.job_id,
                 flops=task.flops,
+                device=None if built.error_msg else measured.device,
             )
             self.budget.counts[index] += 1
             self.budget.result.trials_measured += 1
@@ -315,6 +327,7 @@ def run_search(
     spaces: Sequence[ScheduleSpace] = SPACES,
     on_event: EventSink | None = None,
     should_stop: Callable[[], bool] | None = None,
+    fleet: Fleet | None = None,
 ) -> SearchResult:
     """Tune every task that still has budget; returns what was measured and why it stopped.
 
@@ -350,7 +363,7 @@ def run_search(
     def search_pass(tasks: list[int], space_for: Callable[[IRModule], SpaceGenerator]) -> None:
         _search_pass(
             plan, tasks, budget, space_for, database, target, threads=threads, seed=seed,
-            job_id=job_id, spaces=spaces, on_event=on_event,
+            job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet,
         )  # fmt: skip
 
     for space in spaces:
@@ -390,6 +403,7 @@ def _search_pass(
     job_id: int | None,
     spaces: Sequence[ScheduleSpace],
     on_event: EventSink | None,
+    fleet: Fleet | None,
 ) -> None:
     """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``."""
     remaining = [budget.allowance(i) for i in active]
@@ -416,8 +430,9 @@ def _search_pass(
         warm = warm_start_cost_model(cost_model, contexts, plan, active, database)
         if on_event is not None and warm:
             on_event("cost_model_warm_start", {"records": warm})
+        runner = make_runner(fleet, EVALUATOR)
         recorder = RecordTrials(
-            database, budget, active, spaces=spaces, job_id=job_id, on_event=on_event
+            database, budget, active, spaces=spaces, job_id=job_id, on_event=on_event, runner=runner
         )
         builder = CandidateBuilder(max_workers=threads)
         try:
@@ -429,7 +444,7 @@ def _search_pass(
                 max_trials_per_task=max(remaining),
                 num_trials_per_iter=max(2, min(32, min(remaining))),
                 builder=builder,
-                runner=ms.runner.LocalRunner(timeout_sec=30.0, evaluator_config=EVALUATOR),
+                runner=runner,
                 database=database,
                 cost_model=cost_model,
                 measure_callbacks=[
@@ -441,3 +456,4 @@ def _search_pass(
             )
         finally:
             builder.shutdown()
+            shutdown_runner(runner)

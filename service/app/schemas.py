@@ -79,6 +79,9 @@ class JobCreate(BaseModel):
     layout: Layout = Field(
         default=DEFAULT_LAYOUT, description="nchwc: convolutions in the blocked NCHW[x]c layout"
     )
+    fleet: str | None = Field(
+        default=None, max_length=64, description="measure on this fleet's RPC devices (its name)"
+    )
 
 
 class LayerProgress(BaseModel):

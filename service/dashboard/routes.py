@@ -95,5 +95,8 @@ def plotly_js() -> FileResponse:
 
 def install_dashboard(app: FastAPI, dependencies: Sequence[Any] = ()) -> None:
     """Add the pages (behind ``dependencies``), ``/vendor/plotly.min.js`` and ``/static``."""
+    from .fleets import router as fleets_router
+
     app.include_router(router, dependencies=list(dependencies))
+    app.include_router(fleets_router, dependencies=list(dependencies))
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

@@ -15,7 +15,7 @@ def load() -> dict:
 
 def test_services_and_their_order():
     services = load()["services"]
-    assert set(services) == {"postgres", "migrate", "api", "worker"}
+    assert set(services) == {"postgres", "migrate", "api", "worker", "tracker", "rpc"}
     assert services["postgres"]["healthcheck"]["test"]
     for name in ("api", "worker", "migrate"):
         depends = services[name]["depends_on"]

@@ -1,0 +1,250 @@
+"""Fleets for real: TVM's RPC tracker and `convtune rpc-server` devices as separate processes on
+loopback (free ports), a tiny model tuned through them, one device SIGKILLed mid-job.
+
+Each process gets its own session so a SIGKILL of its group takes the session processes it
+forked with it, as when a machine dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import psutil
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from convtune.db.migrate import upgrade
+from convtune.db.models import TuningRecordRow, WorkloadRow
+from convtune.db.session import make_engine
+from convtune.service.app.fleets import FleetCreate, create_fleet
+from convtune.tuner.fleet import Fleet, FleetUnavailable
+from convtune.tuner.remote import device_info, fleet_devices, request_device
+from tests.models import three_conv_cnn
+
+BIN = Path(sys.executable).parent
+CONVTUNE = str(BIN / "convtune")
+KEY = "test-epyc"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _wait_for(condition, timeout: float, what: str, poll: float = 0.3) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class Tracker:
+    port: int
+    process: subprocess.Popen[bytes]
+    logs: Path
+
+    def fleet(self, name: str = "loop") -> Fleet:
+        return Fleet(name, "127.0.0.1", self.port, KEY)
+
+    def start_device(self, threads: int = 1) -> tuple[subprocess.Popen[bytes], str]:
+        """A `convtune rpc-server` registered under KEY; returns it once the tracker lists it."""
+        port = free_port()
+        device = f"127.0.0.1:{port}"
+        process = _start(
+            [CONVTUNE, "rpc-server", "--tracker", f"127.0.0.1:{self.port}", "--key", KEY,
+             "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
+             "--threads", str(threads)],
+            self.logs / f"device-{port}.log",
+        )  # fmt: skip
+        _wait_for(
+            lambda: process.poll() is not None or device in fleet_devices(self.fleet()),
+            90,
+            f"device {device} at the tracker",
+        )
+        assert process.poll() is None, (self.logs / f"device-{port}.log").read_text()
+        return process, device
+
+
+def _start_tracker(logs: Path) -> Tracker:
+    port = free_port()
+    process = _start(
+        [str(BIN / "python"), "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+         "--port", str(port), "--port-end", str(port + 1), "--silent"],
+        logs / "tracker.log",
+    )  # fmt: skip
+    tracker = Tracker(port, process, logs)
+
+    def answers() -> bool:
+        try:
+            fleet_devices(tracker.fleet())
+            return True
+        except FleetUnavailable:
+            return False
+
+    _wait_for(answers, 60, "the tracker")
+    return tracker
+
+
+@pytest.fixture
+def tracker(tmp_path) -> Iterator[Tracker]:
+    started: list[subprocess.Popen[bytes]] = []
+    tracker = _start_tracker(tmp_path)
+    original = tracker.start_device
+
+    def start_device(threads: int = 1) -> tuple[subprocess.Popen[bytes], str]:
+        process, device = original(threads)
+        started.append(process)
+        return process, device
+
+    tracker.start_device = start_device  # type: ignore[method-assign]
+    try:
+        yield tracker
+    finally:
+        for process in [*started, tracker.process]:
+            _kill(process)
+
+
+def test_device_pins_threads_and_measures_its_peak(tracker, tmp_path):
+    # TVM alone would use half the logical CPUs (1 here); the device was asked for 2.
+    _, device = tracker.start_device(threads=2)
+    session, handed_out = request_device(tracker.fleet(), session_timeout=60, wait=30)
+    assert handed_out == device
+    assert device_info(session, device)["threads"] == 2
+    del session
+
+    url = f"sqlite:///{tmp_path / 'convtune.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    with Session(engine) as session:
+        row = create_fleet(
+            session, FleetCreate(name="loop", tracker=f"127.0.0.1:{tracker.port}", key=KEY)
+        )
+        assert row.peak_device == device and row.peak_threads == 2
+        assert row.peak_gflops_per_core is not None and row.peak_gflops_per_core > 1.0
+        assert (
+            row.peak_gflops_all is not None and row.peak_gflops_all > 0.5 * row.peak_gflops_per_core
+        )
+    engine.dispose()
+
+
+def test_unreachable_tracker_is_a_clear_error_not_a_hang():
+    fleet = Fleet("gone", "127.0.0.1", free_port(), KEY)
+    started = time.monotonic()
+    with pytest.raises(FleetUnavailable, match="unreachable"):
+        fleet_devices(fleet)
+    assert time.monotonic() - started < 10
+
+
+def _records(url: str) -> list[tuple[str, int | None, str | None, str | None]]:
+    """(task, trial_index, device, error) of every record, in insertion order."""
+    engine = make_engine(url)
+    with Session(engine) as session:
+        rows = session.execute(
+            select(
+                WorkloadRow.task_name,
+                TuningRecordRow.trial_index,
+                TuningRecordRow.device,
+                TuningRecordRow.error,
+            )
+            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .order_by(TuningRecordRow.id)
+        ).all()
+    engine.dispose()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+@pytest.mark.slow
+def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rpc(
+    tracker, tmp_path
+):
+    first, first_addr = tracker.start_device()
+    _, second_addr = tracker.start_device()
+    url = f"sqlite:///{tmp_path / 'convtune.db'}"
+    upgrade(url)
+    model_path = tmp_path / "cnn3.onnx"
+    onnx.save(three_conv_cnn(), model_path)
+    subprocess.run(
+        [CONVTUNE, "fleets", "add", "loop", "--tracker", f"127.0.0.1:{tracker.port}",
+         "--key", KEY, "--no-peak", "--db", url],
+        check=True,
+    )  # fmt: skip
+    trials = 3
+    tune = _start(
+        [CONVTUNE, "tune", str(model_path), "-o", str(tmp_path / "out"), "--db", url,
+         "--fleet", "loop", "--trials-per-task", str(trials), "--layout", "nchw", "--seed", "2"],
+        tmp_path / "tune.log",
+    )  # fmt: skip
+    try:
+        # Both devices measure: the runner has one request in flight per device.
+        _wait_for(
+            lambda: (
+                tune.poll() is not None
+                or {first_addr, second_addr} <= {r[2] for r in _records(url)}
+            ),
+            600,
+            "trials measured on both devices",
+        )
+        # Kill the first device while it measures: a session is a process forked by the
+        # server's listener, so the device has a grandchild exactly while it serves one.
+        server = psutil.Process(first.pid)
+        _wait_for(
+            lambda: tune.poll() is not None or len(server.children(recursive=True)) >= 2,
+            300,
+            "the first device to be measuring",
+            poll=0.01,
+        )
+        assert tune.poll() is None, (tmp_path / "tune.log").read_text()
+        recorded_before = len(_records(url))
+        _kill(first)
+        assert fleet_devices(tracker.fleet()) == [second_addr]
+        assert tune.wait(900) == 0, (tmp_path / "tune.log").read_text()
+    finally:
+        _kill(tune)
+
+    log = (tmp_path / "tune.log").read_text()
+    # Its candidate in flight was measured again on the other device, not recorded as lost.
+    assert f"device {first_addr} went away while measuring" in log, log
+    records = _records(url)
+    assert len(records) > recorded_before
+    assert {r[2] for r in records} == {first_addr, second_addr}
+    # Nothing lost: trial indices 0..n-1 per task, no device errors, and every Conv/Gemm task
+    # has its whole budget (a tiny elementwise space may run out of distinct schedules first).
+    per_task: dict[str, list[int | None]] = {}
+    for task, index, _, error in records:
+        per_task.setdefault(task, []).append(index)
+        assert error is None or "went away" not in error, error
+    assert all(sorted(ix) == list(range(len(ix))) for ix in per_task.values()), per_task
+    tunable = [ix for task, ix in per_task.items() if "conv" in task or "matmul" in task]
+    assert len(tunable) == 4 and all(len(ix) == trials for ix in tunable), per_task
+
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    on_device = manifest["verification"]["on_device"]
+    assert on_device["fleet"] == "loop" and on_device["device"] == second_addr
+    assert on_device["passed"] is True
+    assert manifest["verification"]["passed"] is True
