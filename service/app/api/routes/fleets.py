@@ -20,7 +20,7 @@ from ...fleets import (
     live_status,
 )
 from ...schemas import ErrorOut
-from ..deps import SessionDep, TokenDep
+from ..deps import ReaderDep, SessionDep, WriterDep
 
 router = APIRouter(prefix="/fleets", tags=["fleets"])
 
@@ -30,7 +30,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("", status_code=201, response_model=FleetOut, responses=_ERRORS)
-def add_fleet(body: FleetCreate, session: SessionDep, _: TokenDep) -> FleetOut:
+def add_fleet(body: FleetCreate, session: SessionDep, _: WriterDep) -> FleetOut:
     """Register a fleet; its fp32 peak is measured on one of its devices (a few seconds).
 
     503 when the tracker cannot be reached or has no device of the key; 409 for a taken name.
@@ -49,6 +49,7 @@ def add_fleet(body: FleetCreate, session: SessionDep, _: TokenDep) -> FleetOut:
 @router.get("", response_model=list[FleetOut])
 def get_fleets(
     session: SessionDep,
+    _: ReaderDep,
     live: Annotated[bool, Query(description="ask each tracker for its devices")] = True,
 ) -> list[FleetOut]:
     """Every fleet with its peak and, with ``live``, its devices at the tracker now."""
