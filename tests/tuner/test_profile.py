@@ -185,3 +185,68 @@ def test_profile_groups_structurally_equal_layers(tmp_path):
     assert twin["flops"] == pytest.approx(2 * per_call)
     # The untuned 3×3 convs dominate this model: the profile must say so.
     assert twin["share"] == max(r["share"] for r in rows if r["share"] is not None)
+
+
+def _exported_style_model(named: bool) -> onnx.ModelProto:
+    """PyTorch-export names (``/layer1/conv1/Conv``, tensors ``…_output_0``) or none at all (as in
+    the ONNX model zoo): a stem, a residual block, a depthwise conv + Clip, a conv whose channels do
+    not block (5), a MatMul + Add that onnxruntime fuses into one Gemm."""
+    rng = np.random.default_rng(0)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def w(name: str, shape: tuple[int, ...]) -> str:
+        array = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def node(op: str, inputs: list[str], path: str, **attrs) -> str:
+        out = f"{path}/{op}_output_0"
+        nodes.append(
+            helper.make_node(op, inputs, [out], name=f"{path}/{op}" if named else "", **attrs)
+        )
+        return out
+
+    x = node("Conv", ["x", w("stem.w", (16, 3, 3, 3)), w("stem.b", (16,))], "/stem", pads=[1] * 4)
+    x = node("Relu", [x], "/stem/relu")
+    h = node(
+        "Conv", [x, w("c1.w", (16, 16, 3, 3)), w("c1.b", (16,))], "/layer1/conv1", pads=[1] * 4
+    )
+    h = node("Relu", [h], "/layer1/relu")
+    h = node(
+        "Conv", [h, w("c2.w", (16, 16, 3, 3)), w("c2.b", (16,))], "/layer1/conv2", pads=[1] * 4
+    )
+    x = node("Relu", [node("Add", [h, x], "/layer1")], "/layer1/relu_1")
+    inits += [
+        numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0), ("hi", 6))
+    ]
+    d = node("Conv", [x, w("dw.w", (16, 1, 3, 3))], "/dw/conv", pads=[1] * 4, group=16)
+    d = node("Clip", [d, "lo", "hi"], "/dw/clip")
+    o = node("Sigmoid", [node("Conv", [d, w("odd.w", (5, 16, 1, 1))], "/odd/conv")], "/odd/act")
+    f = node("Flatten", [node("GlobalAveragePool", [o], "/pool")], "/flatten")
+    node("Add", [node("MatMul", [f, w("fc.w", (5, 10))], "/fc"), w("fc.b", (10,))], "/fc_add")
+    nodes[-1].output[0] = "y"
+    return make_model(nodes, [_vi("x", (1, 3, 32, 32))], [_vi("y", (1, 10))], inits, name="pt")
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["exported-names", "unnamed"])
+def test_every_anchor_node_gets_its_onnxruntime_time(named):
+    from convtune.tuner.flops import node_key
+
+    model = _exported_style_model(named)
+    anchors = [
+        node_key(n, i)
+        for i, n in enumerate(model.graph.node)
+        if n.op_type in ("Conv", "Gemm", "MatMul")
+    ]
+    assert len(anchors) == 6
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    times = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=3)
+    assert all(times.get(a, 0.0) > 0 for a in anchors), times
+    # Fused activations, adds and the BN-less residual leave no time of their own.
+    folded = [
+        node_key(n, i)
+        for i, n in enumerate(model.graph.node)
+        if n.op_type in ("Relu", "Clip", "Sigmoid", "Add")
+    ]
+    assert not set(folded) & set(times), times
