@@ -205,22 +205,21 @@ def run(
     import numpy as np
 
     with user_errors():
-        from convtune.tuner.runtime import Artifact, load_manifest, set_threads
+        from convtune.tuner.runtime import Artifact, manifest_or_library, set_threads
+        from convtune.tuner.target import physical_cores
 
-        manifest = load_manifest(artifact)
+        manifest = manifest_or_library(artifact)
         names = [spec["name"] for spec in manifest["inputs"]]
         feeds = _read_feeds(inputs, names)
-        set_threads(threads or manifest.get("threads") or 1)
+        set_threads(threads or manifest.get("threads") or physical_cores())
         outputs = Artifact.load(artifact, names).run(feeds)
-    for spec, value in zip(manifest["outputs"], outputs, strict=False):
+    specs = manifest["outputs"] or [{"name": f"output_{i}"} for i in range(len(outputs))]
+    for spec, value in zip(specs, outputs, strict=False):
         print(
             f"{spec['name']}: shape {list(value.shape)} {value.dtype} sum {float(value.sum()):.6g}"
         )
     if output is not None:
-        np.savez(
-            output,
-            **{spec["name"]: v for spec, v in zip(manifest["outputs"], outputs, strict=False)},
-        )
+        np.savez(output, **{spec["name"]: v for spec, v in zip(specs, outputs, strict=False)})
 
 
 def _read_feeds(inputs: list[str], names: list[str]) -> dict[str, Any]:

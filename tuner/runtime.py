@@ -31,13 +31,43 @@ def set_threads(threads: int) -> int:
     return int(tvm_ffi.get_global_func("runtime.NumThreads")())
 
 
+def manifest_path(so_path: Path) -> Path | None:
+    """The manifest of ``so_path``: ``<stem>.manifest.json`` beside it (what the service's
+    download is named: ``artifact-1.so`` + ``artifact-1.manifest.json``), else ``manifest.json``
+    in its directory (what ``convtune tune`` writes); None if neither exists."""
+    for path in (so_path.with_suffix(".manifest.json"), so_path.with_name(MANIFEST_NAME)):
+        if path.is_file():
+            return path
+    return None
+
+
 def load_manifest(so_path: Path) -> dict[str, Any]:
     if not so_path.is_file():
         raise ConvtuneError(f"artifact not found: {so_path}")
-    path = so_path.with_name(MANIFEST_NAME)
-    if not path.is_file():
-        raise ConvtuneError(f"no {MANIFEST_NAME} next to {so_path}: is this a convtune artifact?")
+    path = manifest_path(so_path)
+    if path is None:
+        raise ConvtuneError(
+            f"no {so_path.with_suffix('.manifest.json').name} or {MANIFEST_NAME} next to "
+            f"{so_path}: is this a convtune artifact?"
+        )
     return json.loads(path.read_text())
+
+
+def library_manifest(so_path: Path) -> dict[str, Any]:
+    """What a library says of itself when its manifest was not saved with it (a browser
+    download of the ``.so`` alone): the input names of its Relax ``main``, outputs numbered."""
+    artifact = Artifact.load(so_path, input_names=[])
+    vm = artifact.vm
+    arity = vm._get_function_arity("main")
+    names = [vm._get_function_param_name("main", i) for i in range(arity)]
+    return {"inputs": [{"name": n} for n in names], "outputs": None, "threads": None}
+
+
+def manifest_or_library(so_path: Path) -> dict[str, Any]:
+    """The saved manifest of ``so_path`` if there is one, else :func:`library_manifest`."""
+    if so_path.is_file() and manifest_path(so_path) is None:
+        return library_manifest(so_path)
+    return load_manifest(so_path)
 
 
 @dataclass

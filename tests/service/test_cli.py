@@ -212,3 +212,20 @@ def test_run_prints_output_shape(artifact: Path, tmp_path: Path) -> None:
     assert result.stdout.startswith("y: shape [1, 8, 8, 8] float32")
     (expected,) = models.run_onnxruntime(models.conv_net(size=8), {"x": x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("with_manifest", [True, False], ids=["download-names", "library-alone"])
+def test_run_what_a_download_saved(artifact: Path, tmp_path: Path, with_manifest: bool) -> None:
+    """The service's download names (``artifact-1.so`` + ``artifact-1.manifest.json``) run as
+    saved; a library saved alone runs too, its input names read from the library itself."""
+    shutil.copy(artifact, tmp_path / "artifact-1.so")
+    if with_manifest:
+        shutil.copy(artifact.with_name(MANIFEST_NAME), tmp_path / "artifact-1.manifest.json")
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = convtune("run", "artifact-1.so", "--input", "x.npy", "--output", "y.npz", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    name = "y" if with_manifest else "output_0"
+    assert result.stdout.startswith(f"{name}: shape [1, 8, 8, 8] float32")
+    (expected,) = models.run_onnxruntime(models.conv_net(size=8), {"x": x})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")[name], expected, rtol=1e-4, atol=1e-4)
