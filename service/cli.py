@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from convtune.service.cli_common import (
 )
 from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
+from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 
@@ -37,7 +39,7 @@ app.add_typer(perf_app)
 app.add_typer(fleets_app, name="fleets")
 app.add_typer(device_app)
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # long lines stay whole in a log file
 
 TargetOption = Annotated[
     str | None,
@@ -93,15 +95,34 @@ def _nodes_text(nodes: list[str], limit: int = 3) -> str:
 
 
 class Progress:
-    """A live per-task table: op, shape, trials / budget, best GFLOP/s."""
+    """Tuning progress: a live table when stdout is a terminal, else one plain line per batch.
 
-    def __init__(self) -> None:
+    The live view heads its per-task table with the overall trials, elapsed time, budget left
+    and ETA (``TuneProgress``, the same figures the worker logs). Redirected to a file, each
+    measured batch prints one line and nothing is redrawn or cut to 80 columns.
+    """
+
+    def __init__(self, budget_minutes: float | None, *, live: bool | None = None) -> None:
+        self.state = TuneProgress(budget_minutes=budget_minutes)
         self.rows: dict[int, dict[str, Any]] = {}
-        self.status = ""
-        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+        self.is_live = sys.stdout.isatty() if live is None else live
+        self.live: Live | None = (
+            Live(self._render(), console=Console(), refresh_per_second=4, transient=False)
+            if self.is_live
+            else None
+        )
+
+    def __enter__(self) -> Progress:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
 
     def _render(self) -> Table:
-        table = Table(title=self.status or "tuning", title_justify="left")
+        table = Table(title=f"{self.state.phase} · {self.state.summary()}", title_justify="left")
         for column in ("task", "op", "shape", "trials", "best GFLOP/s", "best ms"):
             table.add_column(column)
         for row in self.rows.values():
@@ -116,18 +137,15 @@ class Progress:
         return table
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        self.state.update(kind, payload)
         if kind == "trial_batch":
             self.rows[payload["task_index"]] = payload
-        elif kind == "search_planned":
-            self.status = (
-                f"tuning {payload['to_tune']} of {payload['tasks']} tasks, {payload['trials']} "
-                f"trials ({payload['already_recorded']} already recorded)"
-            )
-        elif kind == "build_started":
-            self.status = f"building ({payload['trials_measured']} trials measured)"
-        elif kind == "verified":
-            self.status = f"verified against onnxruntime (max abs err {payload['max_abs_err']:.2g})"
-        self.live.update(self._render())
+        if self.live is not None:
+            self.live.update(self._render())
+        elif kind == "trial_batch":
+            print(self.state.batch_line(), flush=True)
+        elif kind in ("search_planned", "build_started", "verified"):
+            print(f"{self.state.phase} · {self.state.summary()}", flush=True)
 
 
 @app.command()
@@ -168,8 +186,8 @@ def tune(
             layout=layout,
             fleet=fleet,
         )
-        progress = Progress()
-        with progress.live:
+        progress = Progress(budget_minutes)
+        with progress:
             result = tune_model(
                 ingested,
                 out,

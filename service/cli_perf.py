@@ -130,6 +130,52 @@ def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
     return artifact_id
 
 
+def measure_artifact(
+    engine: Engine,
+    ingested: Any,
+    so_path: Path,
+    *,
+    artifact_id: int,
+    target: Target,
+    threads: int,
+    layout: Layout,
+    rounds: int = 10,
+    runs: int = 5,
+) -> dict[str, Any]:
+    """Bench (tuned vs onnxruntime, interleaved) and per-layer profile of a freshly built
+    artifact on ``threads`` threads, stored on its row: what the worker runs after every job so
+    the dashboard's latency, ratio and per-layer onnxruntime columns fill without the CLI.
+
+    The untuned build is left out: compiling and timing naive loops takes minutes on a real CNN
+    and says nothing about the artifact. Returns the bench document.
+    """
+    from convtune.tuner.bench import bench_model
+    from convtune.tuner.profile import profile_model
+    from convtune.tuner.results import store_artifact_results
+
+    peak_gflops, peak_source = _peak(engine, target, threads)
+    doc = bench_model(
+        ingested,
+        threads=threads,
+        peak_gflops=peak_gflops,
+        peak_source=peak_source,
+        artifact=so_path,
+        rounds=rounds,
+    ).as_dict()
+    rows = profile_model(
+        ingested,
+        so_path,
+        target=target,
+        threads=threads,
+        peak_gflops=peak_gflops,
+        runs=runs,
+        layout=layout,
+    )
+    doc["artifact_id"] = artifact_id
+    store_artifact_results(engine, artifact_id, bench=doc, profile=rows)
+    return doc
+
+
 def _data_dir() -> Path:
     from convtune.db.session import data_dir
 

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -40,6 +41,7 @@ from convtune.db.models import JobRow, JobStatus, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
+from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
@@ -125,6 +127,41 @@ def host_lock(path: Path, shutdown: threading.Event, poll: float) -> Iterator[bo
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def job_log_path(data_dir: Path, job_id: int) -> Path:
+    """Where a job's TVM output goes (downloadable from its dashboard page)."""
+    return data_dir / "logs" / f"job-{job_id}.log"
+
+
+_MS_LOGGER = "tvm.s_tir.meta_schedule"
+
+
+@contextmanager
+def tvm_output_to(path: Path) -> Iterator[None]:
+    """Send everything TVM writes to standard output during a job to ``path``.
+
+    MetaSchedule configures its own console handler on ``sys.stdout`` at every ``tune_tasks``
+    (its task tables, per-candidate INFO lines and TIR dumps: 5,476 server-log lines for one
+    36-trial job), and its builder/runner processes inherit file descriptor 1. Pointing fd 1 at
+    the job's log file catches both; the worker's own log lines go to stderr and stay in the
+    server log.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ms_logger = logging.getLogger(_MS_LOGGER)
+    ms_logger.setLevel(logging.INFO)  # its console handler takes this level: no DEBUG dumps
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "ab") as handle:
+        os.dup2(handle.fileno(), 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            # MetaSchedule left handlers on the logger; only warnings reach the server log now.
+            ms_logger.setLevel(logging.WARNING)
 
 
 def make_worker_id() -> str:
@@ -258,25 +295,71 @@ class Worker:
             raise ConvtuneError(f"the stored model file {model_path!r} is missing")
         ingested = load_model(model_path, input_shapes=input_shapes or None, name=name)
         tune_options = TuneOptions.from_dict(options)
+        progress = TuneProgress(budget_minutes=tune_options.budget_minutes)
 
         def on_event(kind: str, payload: dict[str, Any]) -> None:
             queue.record_event(self.sessions, job_id, kind, payload)
+            progress.update(kind, payload)
+            if kind == "trial_batch":
+                log.info("job %d: %s", job_id, progress.batch_line())
+            elif kind in ("search_planned", "build_started", "verified"):
+                log.info("job %d: %s · %s", job_id, progress.phase, progress.summary())
             # The search has returned; stop here rather than build an artifact nobody wants
             # (a job at its time cap is wanted: it builds what it found).
             if kind == "build_started" and watch.aborting():
                 raise _Abort()
 
-        result = tune_model(
-            ingested,
-            self.settings.artifacts_dir / f"job-{job_id}",
-            tune_options,
-            engine=self.engine,
-            job_id=job_id,
-            on_event=on_event,
-            should_stop=watch.should_stop,
-            stored_path=model_path,
-        )
+        with tvm_output_to(job_log_path(self.settings.data_dir, job_id)):
+            result = tune_model(
+                ingested,
+                self.settings.artifacts_dir / f"job-{job_id}",
+                tune_options,
+                engine=self.engine,
+                job_id=job_id,
+                on_event=on_event,
+                should_stop=watch.should_stop,
+                stored_path=model_path,
+            )
+            self._measure(job_id, result, ingested, tune_options)
         return result.artifact_id
+
+    def _measure(self, job_id: int, result: Any, ingested: Any, options: TuneOptions) -> None:
+        """Bench + per-layer profile of the new artifact against onnxruntime, on the job's
+        threads, before the job is marked done (the page following its events then shows them).
+        A failure here is logged and recorded; the verified artifact stands."""
+        from convtune.service.cli_perf import measure_artifact
+        from convtune.tuner.target import make_target
+
+        threads = int(result.manifest["threads"])
+        queue.record_event(self.sessions, job_id, "measure_started", {"threads": threads})
+        try:
+            doc = measure_artifact(
+                self.engine,
+                ingested,
+                result.so_path,
+                artifact_id=result.artifact_id,
+                target=make_target(options.target),
+                threads=threads,
+                layout=options.layout,
+            )
+        except Exception as exc:
+            log.warning(
+                "job %d: bench/profile of artifact %d failed: %s", job_id, result.artifact_id, exc
+            )
+            queue.record_event(self.sessions, job_id, "measure_failed", {"error": str(exc)[:500]})
+            return
+        tuned = doc["results"].get("tuned", {})
+        log.info(
+            "job %d: artifact %d runs in %.3f ms, %.2fx onnxruntime (%d threads)",
+            job_id, result.artifact_id, tuned.get("median_ms", float("nan")),
+            tuned.get("time_vs_ort") or float("nan"), threads,
+        )  # fmt: skip
+        queue.record_event(
+            self.sessions,
+            job_id,
+            "measured",
+            {"median_ms": tuned.get("median_ms"), "time_vs_ort": tuned.get("time_vs_ort")},
+        )
 
     def close(self) -> None:
         self._closed.set()

@@ -37,6 +37,23 @@ def size(value: int | None) -> str:
     return f"{value} B"
 
 
+def gap_class(gap: float | None) -> str:
+    """CSS class of a layer's time / onnxruntime's: faster, within 10 %, slower, far slower."""
+    if gap is None:
+        return "gap-none"
+    if gap < 0.9:
+        return "gap-faster"
+    if gap <= 1.1:
+        return "gap-even"
+    return "gap-slower" if gap <= 2.0 else "gap-far"
+
+
 def install_filters(env: Environment) -> None:
-    filters: dict[str, Any] = {"num": num, "pct": pct, "flops": flops, "size": size}
+    filters: dict[str, Any] = {
+        "num": num,
+        "pct": pct,
+        "flops": flops,
+        "size": size,
+        "gap_class": gap_class,
+    }
     env.filters.update(filters)

@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..app import crud
 from ..app.api.deps import RowId, SessionDep, SettingsDep
+from ..app.core.errors import ApiError
 from . import views
 from .filters import install_filters
 
@@ -56,22 +57,49 @@ def models_page(
 
 
 @router.get("/models/{model_id}", response_class=HTMLResponse)
-def model_page(model_id: RowId, request: Request, session: SessionDep) -> HTMLResponse:
+def model_page(
+    model_id: RowId, request: Request, session: SessionDep, settings: SettingsDep
+) -> HTMLResponse:
     model = crud.get_model(session, model_id)
-    return _page(request, "layers.html", view=views.layer_page(session, model, None), live=False)
+    return _page(
+        request,
+        "layers.html",
+        view=views.layer_page(session, model, None),
+        live=False,
+        tune=views.tune_form(),
+        auth=settings.auth_enabled,
+    )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: RowId, request: Request, session: SessionDep) -> HTMLResponse:
+def job_page(
+    job_id: RowId, request: Request, session: SessionDep, settings: SettingsDep
+) -> HTMLResponse:
     job = crud.get_job(session, job_id)
     view = views.layer_page(session, crud.get_model(session, job.model_id), job)
-    return _page(request, "layers.html", view=view, live=True)
+    return _page(
+        request, "layers.html", view=view, live=True, tune=None, auth=settings.auth_enabled
+    )
 
 
 @router.get("/jobs/{job_id}/layers.json")
 def job_layers(job_id: RowId, session: SessionDep) -> dict[str, Any]:
     job = crud.get_job(session, job_id)
     return views.layer_page(session, crud.get_model(session, job.model_id), job)
+
+
+@router.get("/jobs/{job_id}/log")
+def job_log(job_id: RowId, session: SessionDep, settings: SettingsDep) -> FileResponse:
+    """The job's TVM output (MetaSchedule's logs, the builder's and runner's messages)."""
+    from ..worker import job_log_path
+
+    crud.get_job(session, job_id)
+    path = job_log_path(settings.data_dir, job_id)
+    if not path.is_file():
+        raise ApiError(404, "not_found", f"job {job_id} has no log yet")
+    return FileResponse(
+        path, media_type="text/plain; charset=utf-8", filename=f"job-{job_id}-tvm.log"
+    )
 
 
 @router.get("/layers/{workload_id}", response_class=HTMLResponse)

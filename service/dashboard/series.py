@@ -27,11 +27,15 @@ class Trial:
 
 def trials_from_rows(
     rows: list[tuple[int, datetime, float | None, float | None, str | None]],
+    start: datetime | None = None,
 ) -> list[Trial]:
-    """``(record id, created_at, mean_sec, gflops, error)`` rows in id order → trials."""
+    """``(record id, created_at, mean_sec, gflops, error)`` rows in id order → trials.
+
+    ``seconds`` counts from ``start`` (the job's start), else from the first row: each trial's
+    own recorded time, so a layer tuned late in a job shows late, not at 0."""
     if not rows:
         return []
-    start = rows[0][1]
+    start = start if start is not None else rows[0][1]
     return [
         Trial(
             n=i + 1,

@@ -7,6 +7,7 @@ never a made-up number: no peak stored on the target → no "% of peak".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -22,7 +23,7 @@ from convtune.db.models import (
     WorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
-from convtune.tuner.options import task_budget
+from convtune.tuner.options import Layout, TuneOptions, task_budget
 
 from ..app.core.errors import not_found
 from . import series
@@ -72,6 +73,22 @@ def artifact_view(artifact: ArtifactRow | None) -> dict[str, Any] | None:
         "max_abs_err": artifact.max_abs_err,
         "download_url": f"/api/artifacts/{artifact.id}/download",
         "manifest_url": f"/api/artifacts/{artifact.id}/download?file=manifest",
+    }
+
+
+def tune_form() -> dict[str, Any]:
+    """Defaults and choices of the model page's Tune form, from the one definition of the options.
+
+    The form posts JSON to ``POST /api/models/{id}/jobs``: the API's ``JobCreate`` validates it,
+    exactly as for any HTTP client.
+    """
+    defaults = TuneOptions()
+    return {
+        "trials_per_task": defaults.trials_per_task,
+        "budget_minutes": defaults.budget_minutes,
+        "threads": defaults.threads,
+        "layout": defaults.layout.value,
+        "layouts": [layout.value for layout in Layout],
     }
 
 
@@ -151,7 +168,8 @@ def _profile_by_task(artifact: ArtifactRow | None) -> dict[str, dict[str, Any]]:
 def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[str, Any]:
     """Everything the model/job page shows; also the JSON its live updates fetch.
 
-    ``job`` None → the model's latest job (if any) gives the budget and the target.
+    ``job`` None → the model's latest job (if any) gives the budget and the target. Rows are
+    ordered by their profiled time, else their tuned kernel time, else FLOPs: slowest first.
     """
     if job is None:
         job = session.scalars(
@@ -176,10 +194,12 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     profile = _profile_by_task(artifact)
     rows = [_layer_row(mw, stats, errors, profile, per_task, peak) for mw in mws]
     _fill_shares(rows)
+    rows.sort(key=_cost_key)
     # Layers sharing a workload are tuned once: totals count each workload once.
     trials = {r["workload_id"]: r["trials"] for r in rows if r["workload_id"] is not None}
     budgets = {w: r["budget"] for r in rows if (w := r["workload_id"]) is not None and r["budget"]}
     done = sum(min(n, budgets[w]) if w in budgets else n for w, n in trials.items())
+    tuned, ort = _bench_result(artifact, "tuned"), _bench_result(artifact, "onnxruntime")
     return {
         "model": {"id": model.id, "name": model.name, "sha256": model.sha256},
         "job": _job_view(job),
@@ -188,9 +208,26 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
         "trials_done": done,
         "trials_budget": sum(budgets.values()) if budgets else None,
         "artifact": artifact_view(artifact),
+        "bench": {
+            "tuned_ms": tuned.get("median_ms") if tuned else None,
+            "ort_ms": ort.get("median_ms") if ort else None,
+            "time_vs_ort": tuned.get("time_vs_ort") if tuned else None,
+            "threads": artifact.bench.get("threads") if artifact and artifact.bench else None,
+        },
         "time_split": time_split(rows, artifact),
+        "top": top_layers(rows, artifact),
+        "convergence": convergence(session, mws, job),
         "profiled": bool(profile),
+        "over_peak": any((r["pct_peak"] or 0.0) > 100.0 for r in rows),
     }
+
+
+def _cost_key(row: dict[str, Any]) -> tuple[float, float, float]:
+    return (
+        -(row["profile_ms"] or 0.0),
+        -(row["tuned_ms"] or 0.0),
+        -row["flops"] * row["occurrences"],
+    )
 
 
 def _job_view(job: JobRow | None) -> dict[str, Any] | None:
@@ -203,6 +240,8 @@ def _job_view(job: JobRow | None) -> dict[str, Any] | None:
         "options": job.options,
         "created_at": job.created_at.isoformat(timespec="seconds"),
         "finished_at": job.finished_at.isoformat(timespec="seconds") if job.finished_at else None,
+        "cancel_url": f"/api/jobs/{job.id}/cancel",
+        "log_url": f"/jobs/{job.id}/log",
     }
 
 
@@ -219,12 +258,13 @@ def _layer_row(
     task = str(mw.description.get("task", ""))
     prof = profile.get(task, {})
     best, best_ms = stat.best_gflops, stat.best_ms
+    profile_ms, ort_ms = prof.get("ms"), prof.get("ort_ms")
     return {
         "position": mw.position,
         "workload_id": wid,
         "task": task,
         "onnx_nodes": [str(n) for n in mw.onnx_nodes],
-        "op": mw.op,
+        "op": mw.op or _fused_label(task),
         "kind": mw.kind,
         "shape": str(mw.description.get("shape", "")),
         "flops": mw.flops,
@@ -235,62 +275,174 @@ def _layer_row(
         "pct_peak": 100.0 * best / peak if best and peak else None,
         # Time of the layer in one inference: every occurrence runs the same kernel.
         "tuned_ms": best_ms * mw.occurrences if best_ms is not None else None,
-        "profile_ms": prof.get("ms"),
-        "ort_ms": prof.get("ort_ms"),
+        "profile_ms": profile_ms,
+        "ort_ms": ort_ms,
+        # > 1: our layer is slower than onnxruntime's nodes for it.
+        "gap": profile_ms / ort_ms if profile_ms and ort_ms else None,
         "share": None,
         "build_errors": errors.get(wid, (0, 0))[0] if wid is not None else 0,
         "run_errors": errors.get(wid, (0, 0))[1] if wid is not None else 0,
     }
 
 
+def _fused_label(task: str) -> str:
+    """``fused_add_relu3`` → ``add_relu``: what an elementwise task computes."""
+    return task.removeprefix("fused_").rstrip("0123456789") or task
+
+
 def _fill_shares(rows: list[dict[str, Any]]) -> None:
-    """Share of the model's time per layer: profiled times if any, else tuning's best times."""
-    key = "profile_ms" if any(r["profile_ms"] for r in rows) else "tuned_ms"
-    total = sum(r[key] or 0.0 for r in rows)
+    """Share of the model's time per layer, from the artifact's profile only.
+
+    A single tuning measurement of one kernel is not its share of an inference (a BN+clip task
+    measured 5.97 ms alone and 0.047 ms in the profiled model): without a profile every share
+    stays None and the page says "not profiled yet".
+    """
+    total = sum(r["profile_ms"] or 0.0 for r in rows)
     for row in rows:
-        row["share"] = (row[key] or 0.0) / total if total and row[key] is not None else None
+        ms = row["profile_ms"]
+        row["share"] = ms / total if total and ms is not None else None
+
+
+def _profile_rows(artifact: ArtifactRow | None) -> list[dict[str, Any]]:
+    profile = artifact.profile if artifact is not None else None
+    return [r for r in profile if isinstance(r, dict)] if isinstance(profile, list) else []
+
+
+def _layer_label(prow: dict[str, Any], limit: int = 2) -> str:
+    nodes = [str(n) for n in prow.get("onnx_nodes") or []]
+    if nodes:
+        more = f" +{len(nodes) - limit}" if len(nodes) > limit else ""
+        return ", ".join(nodes[:limit]) + more
+    return str(prow.get("layer", "?"))
+
+
+def _op_kind(prow: dict[str, Any]) -> str:
+    layer = str(prow.get("layer", ""))
+    if layer.startswith(ORT_OTHER_PREFIX):
+        return "onnxruntime only"
+    op = str(prow.get("op") or "")
+    return op if op in ("Conv", "Gemm", "MatMul", "ConvTranspose") else "elementwise / other"
+
+
+#: Segments named individually in the stacked bar; the rest are summed per op kind.
+NAMED_SEGMENTS = 6
 
 
 def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict[str, Any]:
-    """Stacked-bar data: per contender, ms per layer (one Plotly trace per layer).
+    """Stacked-bar data: per contender, ms per segment, one colour (``kind``) per op kind.
 
-    Per-layer times come from the artifact's profile (tuned and onnxruntime); without one, the
-    tuned bar uses tuning's best kernel times. A contender known only end to end (bench) gets
-    one "whole model" segment. ``source`` says which was used.
+    From the artifact's profile only: the ``NAMED_SEGMENTS`` slowest layers (by the larger of
+    our and onnxruntime's time) are their own segments, named by their ONNX nodes; the others
+    are summed per op kind. A contender known only end to end (bench) gets one "whole model"
+    segment. Without a profile there is no per-layer split: ``source`` says so.
     """
-    profile = (
-        artifact.profile if artifact is not None and isinstance(artifact.profile, list) else []
-    )
-    traces: dict[str, dict[str, float]] = {}
-
-    def add(layer: str, contender: str, ms: float | None) -> None:
-        if ms:
-            traces.setdefault(layer, {})[contender] = ms
-
+    profile = _profile_rows(artifact)
+    segments: list[dict[str, Any]] = []
     if profile:
-        for prow in profile:
-            layer = prow.get("layer", "?")
-            label = f"{prow.get('op') or ''} {layer}".strip()
-            add(label, "tuned", prow.get("ms"))
-            add(label, "onnxruntime", prow.get("ort_ms"))
-        source = "profile"
+        ranked = sorted(profile, key=lambda r: -max(r.get("ms") or 0.0, r.get("ort_ms") or 0.0))
+        rest: dict[str, list[float]] = {}
+        for i, prow in enumerate(ranked):
+            kind = _op_kind(prow)
+            ours, theirs = prow.get("ms") or 0.0, prow.get("ort_ms") or 0.0
+            if i < NAMED_SEGMENTS and not kind.startswith("onnxruntime"):
+                segments.append(
+                    {
+                        "name": _layer_label(prow),
+                        "kind": kind,
+                        "y": [None, ours or None, theirs or None],
+                    }
+                )
+            else:
+                acc = rest.setdefault(kind, [0.0, 0.0])
+                acc[0] += ours
+                acc[1] += theirs
+        for kind, (ours, theirs) in rest.items():
+            name = kind if kind.startswith("onnxruntime") else f"other {kind} layers"
+            segments.append({"name": name, "kind": kind, "y": [None, ours or None, theirs or None]})
+        source = "the artifact's profile"
     else:
-        for row in rows:
-            label = f"{row['op']} {' '.join(row['onnx_nodes']) or row['task']}"
-            add(label, "tuned", row["tuned_ms"])
-        source = "tuning measurements (kernels only)"
-    known = {c for per in traces.values() for c in per}
-    for contender in CONTENDERS:
+        source = "nothing yet: the artifact is profiled after its job"
+    known = {c for seg in segments for c, v in zip(CONTENDERS, seg["y"], strict=True) if v}
+    for i, contender in enumerate(CONTENDERS):
         bench = _bench_result(artifact, contender)
         if contender not in known and bench and bench.get("median_ms"):
-            add(f"whole model ({contender}, bench)", contender, bench["median_ms"])
+            y: list[float | None] = [None] * len(CONTENDERS)
+            y[i] = bench["median_ms"]
+            segments.append(
+                {"name": f"whole model ({contender}, bench)", "kind": "whole model", "y": y}
+            )
+    return {"contenders": list(CONTENDERS), "traces": segments, "source": source}
+
+
+TOP_N = 10
+
+
+def top_layers(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict[str, Any]:
+    """The ``TOP_N`` layers taking the most time in the profile (ours and onnxruntime's)."""
+    profile = [
+        r
+        for r in _profile_rows(artifact)
+        if not str(r.get("layer", "")).startswith(ORT_OTHER_PREFIX)
+    ]
+    profile.sort(key=lambda r: -(r.get("ms") or 0.0))
+    total = sum(r.get("ms") or 0.0 for r in profile)
+    top = profile[:TOP_N]
     return {
-        "contenders": list(CONTENDERS),
-        "traces": [
-            {"name": name, "y": [per.get(c) for c in CONTENDERS]} for name, per in traces.items()
-        ],
-        "source": source,
+        "labels": [_layer_label(r) for r in top],
+        "kinds": [_op_kind(r) for r in top],
+        "ours_ms": [r.get("ms") for r in top],
+        "ort_ms": [r.get("ort_ms") for r in top],
+        "share": [(r.get("ms") or 0.0) / total if total else None for r in top],
     }
+
+
+def convergence(
+    session: Session, mws: Sequence[ModelWorkloadRow], job: JobRow | None
+) -> dict[str, Any]:
+    """Best-so-far GFLOP/s of every tuned layer against seconds since the job started (the
+    job's own trials; all trials of the model's workloads without a job)."""
+    names: dict[int, str] = {}
+    for mw in mws:
+        if mw.workload_id is not None and mw.workload_id not in names:
+            nodes = [str(n) for n in mw.onnx_nodes]
+            label = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
+            names[mw.workload_id] = (
+                f"{mw.op} {label}".strip()
+                if nodes
+                else _fused_label(str(mw.description.get("task", "")))
+            )
+    if not names:
+        return {"series": [], "start": None}
+    query = (
+        select(
+            TuningRecordRow.workload_id,
+            TuningRecordRow.id,
+            TuningRecordRow.created_at,
+            TuningRecordRow.mean_sec,
+            TuningRecordRow.gflops,
+            TuningRecordRow.error,
+        )
+        .where(TuningRecordRow.workload_id.in_(sorted(names)))
+        .order_by(TuningRecordRow.id)
+    )
+    if job is not None:
+        query = query.where(TuningRecordRow.job_id == job.id)
+    per: dict[int, list[tuple[int, Any, float | None, float | None, str | None]]] = {}
+    for wid, rid, created, mean, gflops, error in session.execute(query):
+        per.setdefault(wid, []).append((rid, created, mean, gflops, error))
+    if not per:
+        return {"series": [], "start": None}
+    first = min(rows[0][1] for rows in per.values())
+    start = (
+        job.started_at if job is not None and job.started_at and job.started_at <= first else first
+    )
+    out = []
+    for wid, records in per.items():
+        steps = series.best_so_far(series.trials_from_rows(records, start=start))
+        if steps:
+            out.append({"name": names[wid], "workload_id": wid, **series.as_columns(steps)})
+    out.sort(key=lambda s: -(max((g for g in s["gflops"] if g is not None), default=0.0)))
+    return {"series": out, "start": start.isoformat(timespec="seconds")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
 from convtune.db.models import TuningRecordRow
 from convtune.db.session import make_engine
-from tests.models import three_conv_cnn, to_bytes
+from tests.models import run_onnxruntime, three_conv_cnn, to_bytes
 from tests.service.conftest import REPO, Service, database, start_service
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -34,7 +37,8 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = REPO / "docs" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 800}
-JOB_TIMEOUT_MS = 150_000
+JOB_TIMEOUT_MS = 600_000
+CONVTUNE = Path(sys.executable).with_name("convtune")
 
 if not CHROMIUM.exists():
     reason = f"{CHROMIUM} is missing (apt-get install -y chromium)"
@@ -97,25 +101,41 @@ def model(dash: Service, page: Page) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def watched_job(dash: Service, page: Page, model: dict[str, Any]) -> dict[str, Any]:
-    """A 2-trials-per-task job, watched on its page from before the worker starts to its end."""
+    """A 2-trials-per-task job queued from the model page's Tune form, watched on its page from
+    before the worker starts to its end (bench and profile included)."""
+    page.goto("/")
+    page.click(f"#models tr[data-model-id='{model['id']}'] a")
+    page.wait_for_selector("#tune-form")
+    # A value the API refuses comes back as the API's own message, next to the form.
+    page.fill("#tune-form input[name=trials_per_task]", "0")
+    page.click("#tune-form button[type=submit]")
+    page.wait_for_selector("#tune-result.error")
+    refused = page.text_content("#tune-result")
+    page.fill("#tune-form input[name=trials_per_task]", "2")
+    page.fill("#tune-form input[name=threads]", "2")
+    page.select_option("#tune-form select[name=layout]", "nchwc")
+    screenshot(page, "model.png")
+    page.click("#tune-form button[type=submit]")
+    page.wait_for_url("**/jobs/*")
+    job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
     with dash.client() as client:
-        job = client.post(
-            f"/api/models/{model['id']}/jobs", json={"trials_per_task": 2, "threads": 2}
-        ).json()
-        page.goto(f"/jobs/{job['id']}")
+        queued = client.get(f"/api/jobs/{job_id}").json()
         page.evaluate("window.__sameDocument = true")
         before = page.text_content("#trials-done")
+        had_cancel = page.locator("#cancel button").count() == 1
         dash.start_worker()
         page.wait_for_function(
             "document.getElementById('trials-done').textContent !== '0'", timeout=JOB_TIMEOUT_MS
         )
         during = page.text_content("#trials-done")
         status_during = page.get_attribute("body", "data-job-status")
+        screenshot(page, "job-running.png")
         page.wait_for_function(
-            "document.body.dataset.streamEnded === '1' && !!document.getElementById('download')",
+            "document.body.dataset.streamEnded === '1' && !!document.getElementById('download')"
+            " && !!document.getElementById('e2e-ratio')",
             timeout=JOB_TIMEOUT_MS,
         )
-        final = client.get(f"/api/jobs/{job['id']}").json()
+        final = client.get(f"/api/jobs/{job_id}").json()
         # The refresh that follows the stream's end shows the final numbers.
         page.wait_for_function(
             "([done, status]) => document.getElementById('trials-done').textContent === done"
@@ -124,6 +144,10 @@ def watched_job(dash: Service, page: Page, model: dict[str, Any]) -> dict[str, A
         )
         return {
             "job": final,
+            "queued_options": queued["options"],
+            "refused": refused,
+            "had_cancel": had_cancel,
+            "cancel_after": page.locator("#cancel").count(),
             "before": before,
             "during": during,
             "status_during": status_during,
@@ -138,7 +162,14 @@ def watched_job(dash: Service, page: Page, model: dict[str, Any]) -> dict[str, A
         }
 
 
-def test_models_list_shows_the_upload(
+def test_tune_form_goes_through_the_api(watched_job: dict[str, Any]) -> None:
+    assert "trials_per_task" in watched_job["refused"]  # JobCreate's validation message
+    options = watched_job["queued_options"]
+    assert (options["trials_per_task"], options["threads"], options["layout"]) == (2, 2, "nchwc")
+    assert watched_job["had_cancel"] and watched_job["cancel_after"] == 0
+
+
+def test_models_list_shows_the_upload_and_its_ratio(
     page: Page, model: dict[str, Any], watched_job: dict[str, Any]
 ) -> None:
     page.goto("/")
@@ -146,8 +177,36 @@ def test_models_list_shows_the_upload(
     cells = row.locator("td").all_text_contents()
     assert cells[1] == "cnn3"
     assert cells[3] == str(len(model["workloads"])) and len(model["workloads"]) >= 4
+    # Best latency and time / onnxruntime, from the bench the worker ran after the job.
+    assert float(cells[4]) > 0 and float(cells[5]) > 0, cells
     assert cells[6] == f"job {watched_job['job']['id']}: succeeded"
     screenshot(page, "models.png")
+
+
+def test_every_conv_row_has_its_onnxruntime_time(page: Page, watched_job: dict[str, Any]) -> None:
+    page.goto(f"/models/{watched_job['job']['model_id']}")
+    rows = page.locator("#layers tr[data-op='Conv']")
+    assert rows.count() == 3
+    for i in range(rows.count()):
+        ort = rows.nth(i).locator("[data-col=ort_ms]").get_attribute("data-value")
+        ours = rows.nth(i).locator("[data-col=profile_ms]").get_attribute("data-value")
+        gap = rows.nth(i).locator("[data-col=gap]").get_attribute("data-value")
+        assert float(ort) > 0 and float(ours) > 0 and float(gap) > 0
+        nodes = rows.nth(i).locator("td.nodes").text_content()
+        assert nodes in ("conv0", "conv1", "conv2")  # ONNX names, not TVM function names
+    # Slowest first: the share column is in descending order.
+    shares = [
+        float(v)
+        for v in page.locator("#layers td[data-col=share]").evaluate_all(
+            "cells => cells.map(c => c.dataset.value)"
+        )
+        if v
+    ]
+    assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0)
+    assert page.locator("#top-layers .plot .bars path").count() >= 3
+    assert page.locator("#convergence .scatterlayer .trace").count() >= 3
+    assert page.text_content("#e2e-ratio")
+    screenshot(page, "model-tuned.png")
 
 
 def test_job_page_updates_live_without_reload(page: Page, watched_job: dict[str, Any]) -> None:
@@ -185,19 +244,68 @@ def test_layer_table_sorts_on_click(page: Page, watched_job: dict[str, Any]) -> 
     assert len(values) >= 3 and values == sorted(values, reverse=True)
 
 
-def test_download_button_returns_the_verified_artifact(
-    dash: Service, page: Page, watched_job: dict[str, Any]
+def test_downloads_run_with_convtune_run(
+    dash: Service, page: Page, watched_job: dict[str, Any], tmp_path: Path
 ) -> None:
     job = watched_job["job"]
     page.goto(f"/jobs/{job['id']}")
     shown = page.text_content("#artifact-sha")
-    with page.expect_download() as info:
-        page.click("#download")
-    body = Path(info.value.path()).read_bytes()
+    saved = {}
+    for selector in ("#download", "#download-manifest", "#job-log"):
+        with page.expect_download() as info:
+            page.click(selector)
+        saved[selector] = tmp_path / info.value.suggested_filename
+        info.value.save_as(saved[selector])
+    body = saved["#download"].read_bytes()
     with dash.client() as client:
         artifact = client.get(f"/api/artifacts/{job['artifact_id']}").json()
     assert hashlib.sha256(body).hexdigest() == shown == artifact["sha256"]
     assert body[:4] == b"\x7fELF"
+    assert saved["#download"].name == f"artifact-{artifact['id']}.so"
+    assert saved["#download-manifest"].name == f"artifact-{artifact['id']}.manifest.json"
+    # The job's TVM output went to its own log, not to the worker's (server) log.
+    assert "meta_schedule" in saved["#job-log"].read_text() or saved["#job-log"].stat().st_size > 0
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (expected,) = run_onnxruntime(three_conv_cnn(), {"x": x})
+    result = subprocess.run(
+        [str(CONVTUNE), "run", saved["#download"].name, "--input", "x.npy", "--output", "y.npz"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("y: shape [1, 10] float32")
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], expected, rtol=1e-4, atol=1e-4)
+
+
+def _readme_commands(marker: str) -> list[str]:
+    """Lines of the README's shell blocks that contain ``marker``, comments stripped."""
+    text = (REPO / "README.md").read_text()
+    return [
+        line.split("#", 1)[0].strip()
+        for line in text.splitlines()
+        if marker in line and not line.lstrip().startswith("#")
+    ]
+
+
+def test_readme_download_then_run_as_written(
+    dash: Service, watched_job: dict[str, Any], tmp_path: Path
+) -> None:
+    """The README's curl downloads of artifact 1 and its `convtune run` line, run as written
+    (only the host:port and `.venv/bin/` changed)."""
+    assert watched_job["job"]["artifact_id"] == 1
+    downloads = _readme_commands("curl -OJ")
+    [run_line] = _readme_commands("convtune run artifact-1.so")
+    assert len(downloads) == 2
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 16, 16), np.float32))
+    for line in downloads:
+        command = line.replace("http://127.0.0.1:8000", dash.url)
+        done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert {p.name for p in tmp_path.iterdir()} >= {"artifact-1.so", "artifact-1.manifest.json"}
+    command = run_line.replace(".venv/bin/convtune", str(CONVTUNE))
+    done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("y: shape [1, 10]")
 
 
 def _trials_in_db(dash: Service, workload_id: int) -> int:

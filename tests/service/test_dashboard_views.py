@@ -176,10 +176,18 @@ def test_layer_page_reads_profile_bench_errors_and_peak(db_engine, peak: float |
     assert row["best_gflops"] == pytest.approx(200.0)
     assert row["pct_peak"] == (pytest.approx(200.0) if peak else None)
     assert row["ort_ms"] == 0.010 and row["share"] == 1.0 and view["profiled"]
-    split = {t["name"]: t["y"] for t in view["time_split"]["traces"]}
-    assert split["Conv fused_conv"] == [None, 0.012, 0.010]
-    assert split["(onnxruntime: other nodes)"] == [None, None, 0.002]
-    assert split["whole model (untuned, bench)"] == [0.5, None, None]
+    assert row["gap"] == pytest.approx(1.2) and row["profile_ms"] == 0.012
+    split = {t["name"]: (t["kind"], t["y"]) for t in view["time_split"]["traces"]}
+    assert split["fused_conv"] == ("Conv", [None, 0.012, 0.010])
+    assert split["onnxruntime only"] == ("onnxruntime only", [None, None, 0.002])
+    assert split["whole model (untuned, bench)"] == ("whole model", [0.5, None, None])
+    assert view["top"]["labels"] == ["fused_conv"] and view["top"]["ort_ms"] == [0.010]
+    assert view["bench"]["time_vs_ort"] == 1.1
+    assert view["over_peak"] == bool(peak)  # 200 GFLOP/s against a stored 100: flagged
+    # Whole-model convergence: the best-so-far steps of the one layer, at its trials' own times.
+    [curve] = view["convergence"]["series"]
+    assert curve["gflops"] == pytest.approx([100.0, 200.0, 200.0])
+    assert curve["seconds"] == [0.0, 2.0, 3.0]
     assert (overview["best_ms"], overview["vs_ort"], overview["workloads"]) == (0.02, 1.1, 1)
     assert detail["trial_count"] == 4 and detail["failed_count"] == 2
     assert detail["scatter"]["failed"] == [False, True, False, True]

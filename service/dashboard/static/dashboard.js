@@ -9,9 +9,29 @@ const convtune = (() => {
   const readData = () => JSON.parse(document.getElementById("view-data").textContent);
   const plotConfig = { displaylogo: false, responsive: true };
   const baseLayout = (extra) => Object.assign({
-    margin: { l: 60, r: 20, t: 10, b: 45 }, height: 300, showlegend: true,
-    legend: { orientation: "h", y: -0.25 }, font: { size: 12 },
+    margin: { l: 60, r: 20, t: 40, b: 45 }, height: 300, showlegend: true,
+    legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } }, font: { size: 12 },
   }, extra);
+  // One colour per op kind, the same on every chart.
+  const KIND_COLORS = { Conv: "#2563eb", Gemm: "#9333ea", MatMul: "#c026d3", ConvTranspose: "#0891b2",
+    "elementwise / other": "#f59e0b", "onnxruntime only": "#94a3b8", "whole model": "#64748b" };
+  const kindColor = (k) => KIND_COLORS[k] || "#64748b";
+  const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777",
+    "#4b5563", "#65a30d", "#7c3aed", "#0d9488"];
+  // Words instead of empty axes.
+  function emptyChart(el, text) {
+    if (typeof el === "string") el = document.getElementById(el);
+    if (window.Plotly) Plotly.purge(el);
+    el.innerHTML = "";
+    el.appendChild(Object.assign(document.createElement("div"), { className: "empty-chart", textContent: text }));
+  }
+  async function postJson(url, body, token) {
+    const headers = { "Content-Type": "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    const resp = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+    const data = await resp.json().catch(() => ({}));
+    return { ok: resp.ok, status: resp.status, data };
+  }
 
   // Click a header to sort by that column (numbers by data-value, text otherwise); again reverses.
   function makeSortable(table) {
@@ -58,13 +78,87 @@ const convtune = (() => {
 
   function drawTimeSplit(split) {
     const el = document.getElementById("time-split");
-    if (!split.traces.length) { el.innerHTML = '<p class="hint">nothing measured yet</p>'; return; }
-    const traces = split.traces.map((t) => ({
-      type: "bar", orientation: "h", name: t.name, y: split.contenders, x: t.y,
-      hovertemplate: "%{y}: %{x:.4f} ms<extra>" + t.name + "</extra>",
-    }));
+    if (!split.traces.length) { emptyChart(el, "No per-layer times yet: the job's artifact is profiled against onnxruntime once it is built."); return; }
+    const seen = new Set();
+    const traces = split.traces.map((t) => {
+      const first = !seen.has(t.kind);
+      seen.add(t.kind);
+      return {
+        type: "bar", orientation: "h", y: split.contenders, x: t.y, name: t.kind, legendgroup: t.kind,
+        showlegend: first, marker: { color: kindColor(t.kind), line: { color: "#fff", width: 1 } },
+        text: t.y.map((v) => (v ? t.name : "")), textposition: "inside", insidetextanchor: "middle",
+        hovertemplate: "%{y}: %{x:.4f} ms<extra>" + t.name + "</extra>",
+      };
+    });
+    el.innerHTML = "";
     Plotly.react(el, traces, baseLayout({ barmode: "stack", xaxis: { title: { text: "ms per inference" } },
-      height: 260, margin: { l: 100, r: 20, t: 10, b: 45 } }), plotConfig);
+      height: 300, margin: { l: 95, r: 20, t: 40, b: 45 }, uniformtext: { mode: "hide", minsize: 9 } }), plotConfig);
+  }
+
+  function drawTop(top) {
+    const el = document.getElementById("top-layers");
+    if (!top.labels.length) { emptyChart(el, "Not profiled yet: the slowest layers appear once the job's artifact has been profiled."); return; }
+    const labels = top.labels.map((l, i) => (i + 1) + ". " + (l.length > 38 ? l.slice(0, 37) + "…" : l));
+    const share = top.share.map((v) => (v === null ? "" : (100 * v).toFixed(1) + " %"));
+    el.innerHTML = "";
+    Plotly.react(el, [
+      { type: "bar", orientation: "h", name: "ours", y: labels, x: top.ours_ms, text: share, textposition: "outside",
+        marker: { color: top.kinds.map(kindColor) }, hovertemplate: "%{y}: %{x:.4f} ms (%{text} of ours)<extra>ours</extra>" },
+      { type: "bar", orientation: "h", name: "onnxruntime", y: labels, x: top.ort_ms,
+        marker: { color: "#94a3b8" }, hovertemplate: "%{y}: %{x:.4f} ms<extra>onnxruntime</extra>" },
+    ], baseLayout({ barmode: "group", height: Math.max(260, 60 + 34 * labels.length),
+      yaxis: { autorange: "reversed", automargin: true }, xaxis: { title: { text: "ms per inference" } },
+      margin: { l: 10, r: 50, t: 40, b: 45 } }), plotConfig);
+  }
+
+  function drawConvergence(conv) {
+    const el = document.getElementById("convergence");
+    if (!conv.series.length) { emptyChart(el, "No trial measured yet: each layer's best-so-far curve appears with its first successful trial."); return; }
+    const traces = conv.series.map((s, i) => ({
+      type: "scatter", mode: "lines+markers", line: { shape: "hv", width: 1.5 }, marker: { size: 4 },
+      name: s.name.length > 30 ? s.name.slice(0, 29) + "…" : s.name, x: s.seconds, y: s.gflops,
+      hovertemplate: "%{x:.1f} s: %{y:.1f} GFLOP/s<extra>" + s.name + "</extra>",
+      color: PALETTE[i % PALETTE.length], line_color: PALETTE[i % PALETTE.length],
+    }));
+    traces.forEach((t) => { t.line.color = t.color; t.marker.color = t.color; delete t.color; delete t.line_color; });
+    el.innerHTML = "";
+    Plotly.react(el, traces, baseLayout({ height: 340, showlegend: true,
+      legend: { orientation: "v", x: 1.01, y: 1, font: { size: 10 } }, margin: { l: 60, r: 10, t: 10, b: 45 },
+      xaxis: { title: { text: "seconds since the job started" } }, yaxis: { title: { text: "best GFLOP/s so far" } } }),
+      plotConfig);
+  }
+
+  function tuneForm(form) {
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const out = document.getElementById("tune-result");
+      const data = new FormData(form);
+      const body = {};
+      for (const key of ["trials_per_task", "budget_minutes", "threads"]) {
+        const v = String(data.get(key) || "").trim();
+        if (v !== "") body[key] = Number(v);
+      }
+      body.layout = data.get("layout");
+      out.textContent = "queueing…";
+      out.className = "";
+      const r = await postJson(form.dataset.url, body, data.get("token"));
+      if (r.ok) { window.location.assign("/jobs/" + r.data.id); return; }
+      out.textContent = r.data.error ? r.data.error.message : "could not queue the job (" + r.status + ")";
+      out.className = "error";
+    });
+  }
+
+  function cancelForm(form) {
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const out = document.getElementById("cancel-result");
+      const data = new FormData(form);
+      out.textContent = "cancelling…";
+      const r = await postJson(form.dataset.url, {}, data.get("token"));
+      out.textContent = r.ok ? "cancel requested: the worker stops at its next measured batch"
+        : (r.data.error ? r.data.error.message : "cancel failed (" + r.status + ")");
+      out.className = r.ok ? "hint" : "error";
+    });
   }
 
   function setCell(tr, col, value, text) {
@@ -83,17 +177,32 @@ const convtune = (() => {
       status.textContent = view.job.status;
       status.className = "status status-" + view.job.status;
       document.body.dataset.jobStatus = view.job.status;
+      const cancel = document.getElementById("cancel");
+      if (cancel && !["queued", "running"].includes(view.job.status)) cancel.remove();
     }
     for (const r of view.rows) {
       const tr = document.querySelector('#layers tr[data-position="' + r.position + '"]');
       if (!tr) continue;
       setCell(tr, "share", r.share, pct(r.share));
+      setCell(tr, "profile_ms", r.profile_ms, num(r.profile_ms, 3));
+      setCell(tr, "ort_ms", r.ort_ms, num(r.ort_ms, 3));
+      setCell(tr, "gap", r.gap, r.gap === null ? DASH : num(r.gap, 2) + "×");
+      const gapCell = tr.querySelector('[data-col="gap"]');
+      if (gapCell) gapCell.className = r.gap === null ? "gap-none" : r.gap < 0.9 ? "gap-faster" : r.gap <= 1.1 ? "gap-even" : r.gap <= 2 ? "gap-slower" : "gap-far";
       setCell(tr, "trials", r.trials, r.trials + " / " + (r.budget === null ? DASH : r.budget));
       setCell(tr, "best_gflops", r.best_gflops, num(r.best_gflops, 2));
-      setCell(tr, "pct_peak", r.pct_peak, r.pct_peak === null ? DASH : num(r.pct_peak, 1) + " %");
-      setCell(tr, "ort_ms", r.ort_ms, num(r.ort_ms, 3));
+      setCell(tr, "pct_peak", r.pct_peak, r.pct_peak === null ? DASH : num(r.pct_peak, 1) + " %" + (r.pct_peak > 100 ? " ⚠" : ""));
       setCell(tr, "build_errors", r.build_errors, String(r.build_errors));
       setCell(tr, "run_errors", r.run_errors, String(r.run_errors));
+    }
+    const e2e = document.getElementById("end-to-end");
+    if (e2e && view.bench.tuned_ms !== null && !document.getElementById("e2e-ratio")) {
+      e2e.innerHTML = "<h3>end to end</h3>";
+      const big = Object.assign(document.createElement("p"), { className: "big" });
+      big.append(Object.assign(document.createElement("span"), { id: "e2e-ratio", textContent: num(view.bench.time_vs_ort, 2) }), "× onnxruntime");
+      const detail = document.createElement("p");
+      detail.textContent = num(view.bench.tuned_ms, 3) + " ms vs " + num(view.bench.ort_ms, 3) + " ms, " + view.bench.threads + " threads";
+      e2e.append(big, detail);
     }
     const a = view.artifact;
     if (a && !document.getElementById("download")) {
@@ -109,11 +218,18 @@ const convtune = (() => {
       box.append(link, " ", manifest, sha);
     }
     document.getElementById("time-source").textContent = "per-layer times from " + view.time_split.source;
+    drawCharts(view);
+  }
+
+  function drawCharts(view) {
     drawTimeSplit(view.time_split);
+    drawTop(view.top);
+    drawConvergence(view.convergence);
   }
 
   const EVENT_KINDS = ["queued", "claimed", "requeued", "extracted", "search_planned", "trial_batch",
-    "cost_model_warm_start", "build_started", "verified", "done", "succeeded", "failed", "cancelled"];
+    "cost_model_warm_start", "build_started", "verified", "done", "measure_started", "measured", "measure_failed", "succeeded", "failed",
+    "cancelled"];
 
   function followJob(jobId) {
     let pending = null;
@@ -134,7 +250,11 @@ const convtune = (() => {
   function layersPage() {
     document.querySelectorAll("table.sortable").forEach(makeSortable);
     const view = readData();
-    drawTimeSplit(view.time_split);
+    drawCharts(view);
+    const tune = document.getElementById("tune-form");
+    if (tune) tuneForm(tune);
+    const cancel = document.getElementById("cancel");
+    if (cancel) cancelForm(cancel);
     const live = document.body.dataset.liveJob;
     if (live) followJob(live);
   }
