@@ -110,6 +110,10 @@ class TargetRow(_Row, Base):
     peak_gflops_all: Mapped[float | None] = mapped_column(Float)
     peak_threads: Mapped[int | None] = mapped_column(Integer)
     peak_measured_at: Mapped[datetime | None]
+    # (best - worst) / best of the repeated all-threads runs: how far the peak can be trusted.
+    peak_spread: Mapped[float | None] = mapped_column(Float)
+    # STREAM-triad GB/s on peak_threads threads: the roofline's memory slope.
+    bandwidth_gbs: Mapped[float | None] = mapped_column(Float)
 
 
 # The client of rows written before clients existed, and of requests without a token.

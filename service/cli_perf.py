@@ -27,7 +27,7 @@ from convtune.service.cli_common import (
 )
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
-from convtune.tuner.peak import PeakResult, measure_peak
+from convtune.tuner.peak import PeakResult, measure_machine, measure_peak
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, rich_table
 
 if TYPE_CHECKING:
@@ -59,8 +59,33 @@ def peak_table(result: PeakResult) -> Table:
     table.add_row(
         f"ms per GFLOP at peak, {result.threads} threads", f"{1e3 / result.gflops_all:.2f}"
     )
+    if result.spread is not None:
+        table.add_row("spread of repeated runs", f"{100 * result.spread:.1f}%")
+    if result.load is not None:
+        table.add_row("load average before", f"{result.load:.2f}")
+    if result.bandwidth_gbs is not None:
+        table.add_row(
+            f"memory bandwidth (triad), {result.threads} threads",
+            f"{result.bandwidth_gbs:.1f} GB/s",
+        )
+        table.add_row("ridge point (FLOP/byte)", f"{result.gflops_all / result.bandwidth_gbs:.1f}")
     table.add_row("method", result.method)
     return table
+
+
+def warn(message: str) -> None:
+    """A warning on stderr: the figures stand, but read them with this in mind."""
+    Console(stderr=True, soft_wrap=True).print(f"[yellow]warning:[/] {message}")
+
+
+def warn_over_peak(values: list[float | None], what: str) -> None:
+    """% of peak above 100 means the stored peak was measured low (under load), not magic."""
+    over = [v for v in values if v is not None and v > 100.0]
+    if over:
+        warn(
+            f"{len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): the "
+            "peak was measured under load; run `convtune peak` on a quiet machine"
+        )
 
 
 @perf_app.command("peak")
@@ -71,17 +96,20 @@ def peak(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Measure the fp32 FMA peak of this machine, on one core and on THREADS cores; store it."""
+    """Measure this machine's fp32 FMA peak (one core, THREADS cores) and memory bandwidth
+    (stream triad), repeated; warns when the runs spread or other processes are running."""
     from convtune.tuner.results import store_peak
     from convtune.tuner.target import make_target
 
     with user_errors():
-        result = measure_peak(threads or os.cpu_count() or 1)
+        result = measure_machine(threads or os.cpu_count() or 1)
         store_peak(open_database(db), make_target(None), result)
     if as_json:
         typer.echo(json.dumps(result.as_dict()))
     else:
         Console().print(peak_table(result))
+    for message in result.warnings:
+        warn(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,6 +311,7 @@ def bench(
         typer.echo(json.dumps(doc))
     else:
         _console().print(bench_table(result))
+    warn_over_peak([r["pct_peak"] for r in doc["results"].values()], "contender(s) ran")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,3 +375,4 @@ def profile(
     kind = "tuned" if artifact is not None else "untuned"
     title = f"{ingested.name} ({kind}), {n_threads} threads, peak {peak_gflops:.0f} GFLOP/s"
     _console().print(profile_table(rows, title))
+    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import pathlib
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from convtune.tuner.errors import ConvtuneError
 
@@ -61,17 +63,58 @@ _ISAS = {
 _LANES = {"avx512f": 16, "avx2": 8}
 
 
+#: Relative spread of the repeated all-threads runs above which the figure is not trusted.
+MAX_SPREAD = 0.05
+#: 1-minute load average per CPU above which other processes are taking cores.
+MAX_LOAD_PER_CPU = 0.25
+
+
 @dataclass(frozen=True)
 class PeakResult:
-    """Best measured fp32 GFLOP/s on one core and on ``threads`` cores together."""
+    """Best measured fp32 GFLOP/s on one core and on ``threads`` cores together.
+
+    ``spread`` is (best − worst) / best of the repeated all-threads runs; ``load`` the 1-minute
+    load average before measuring; ``bandwidth_gbs`` the stream-triad memory bandwidth on
+    ``threads`` threads (None when not measured); ``warnings`` say why the figure may be low.
+    """
 
     gflops_per_core: float
     gflops_all: float
     threads: int
     method: str
+    spread: float | None = None
+    load: float | None = None
+    bandwidth_gbs: float | None = None
+    warnings: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["warnings"] = list(self.warnings)
+        return out
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def quietness_warnings(spread: float | None, load: float | None, cpus: int) -> list[str]:
+    """Why a measurement taken with this spread and load may read low (empty: trust it)."""
+    out = []
+    if spread is not None and spread > MAX_SPREAD:
+        out.append(
+            f"repeated runs spread by {100 * spread:.0f}% (> {100 * MAX_SPREAD:.0f}%): "
+            "other work shared the cores"
+        )
+    if load is not None and load > MAX_LOAD_PER_CPU * cpus:
+        out.append(
+            f"load average {load:.2f} on {cpus} CPUs before measuring: other processes were "
+            "running; measure again on a quiet machine"
+        )
+    return out
 
 
 def cpu_flags() -> set[str]:
@@ -96,21 +139,26 @@ def best_isa(flags: set[str] | None = None) -> str:
     raise ConvtuneError("peak: this CPU has neither AVX-512 nor AVX2+FMA")
 
 
-@functools.cache
-def _kernel(isa: str) -> Callable[[int], float]:
+def _compile(source: str, flags: list[str], prefix: str) -> ctypes.CDLL:
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
-        raise ConvtuneError("peak: no C compiler (gcc) found on PATH")
-    flags, defines = _ISAS[isa]
-    with tempfile.TemporaryDirectory(prefix="convtune-peak-") as tmp:
-        src, lib = pathlib.Path(tmp, "fma.c"), pathlib.Path(tmp, "libfma.so")
-        src.write_text(defines + _KERNEL_C.replace("__NACC__", str(ACCUMULATORS)))
+        raise ConvtuneError(f"{prefix}: no C compiler (gcc) found on PATH")
+    with tempfile.TemporaryDirectory(prefix=f"convtune-{prefix}-") as tmp:
+        src, lib = pathlib.Path(tmp, "kernel.c"), pathlib.Path(tmp, "libkernel.so")
+        src.write_text(source)
         cmd = [gcc, "-O2", *flags, "-shared", "-fPIC", "-o", str(lib), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise ConvtuneError(f"peak: gcc failed: {proc.stderr.strip().splitlines()[-1]}")
+            raise ConvtuneError(f"{prefix}: gcc failed: {proc.stderr.strip().splitlines()[-1]}")
         # Once loaded the mapping survives the file's removal with the temp dir.
-        fn = ctypes.CDLL(str(lib)).fma_loop
+        return ctypes.CDLL(str(lib))
+
+
+@functools.cache
+def _kernel(isa: str) -> Callable[[int], float]:
+    flags, defines = _ISAS[isa]
+    source = defines + _KERNEL_C.replace("__NACC__", str(ACCUMULATORS))
+    fn = _compile(source, flags, "peak").fma_loop
     fn.argtypes = [ctypes.c_int64]
     fn.restype = ctypes.c_float
     return fn
@@ -120,15 +168,20 @@ def _flops_per_iter(isa: str) -> int:
     return ACCUMULATORS * _LANES[isa] * 2
 
 
-def _run_parallel(fn: Callable[[int], float], iters: int, threads: int) -> float:
+def _run_parallel(fn: Callable[[int], object], iters: int, threads: int) -> float:
     """Wall seconds for ``threads`` concurrent calls of ``fn(iters)``, timed from a common start."""
-    barrier = threading.Barrier(threads + 1)
+    return _run_all([lambda: fn(iters)] * threads)
 
-    def work() -> None:
+
+def _run_all(calls: list[Callable[[], object]]) -> float:
+    """Wall seconds for running every call on its own thread, timed from a common start."""
+    barrier = threading.Barrier(len(calls) + 1)
+
+    def work(call: Callable[[], object]) -> None:
         barrier.wait()
-        fn(iters)
+        call()
 
-    workers = [threading.Thread(target=work) for _ in range(threads)]
+    workers = [threading.Thread(target=work, args=(call,)) for call in calls]
     for w in workers:
         w.start()
     barrier.wait()
@@ -156,6 +209,7 @@ def measure_peak(
         raise ConvtuneError(f"peak: unknown isa '{isa}', expected one of {sorted(_ISAS)}")
     elif isa == "avx512f" and "avx512f" not in cpu_flags():
         raise ConvtuneError("peak: this CPU has no AVX-512")
+    load = load_average()
     fn = _kernel(isa)
     fn(10_000)  # page in, wake the core from idle clocks
     probe_iters = 1_000_000
@@ -163,10 +217,74 @@ def measure_peak(
     iters = max(probe_iters, int(probe_iters * seconds / probe))
     work = _flops_per_iter(isa) * iters
 
-    def best(n: int) -> float:
-        return min(_run_parallel(fn, iters, n) for _ in range(repeats))
+    def times(n: int) -> list[float]:
+        return [_run_parallel(fn, iters, n) for _ in range(repeats)]
 
-    one = work / best(1) / 1e9
-    many = work * threads / best(threads) / 1e9 if threads > 1 else one
+    one_times = times(1)
+    many_times = times(threads) if threads > 1 else one_times
+    one = work / min(one_times) / 1e9
+    many = work * threads / min(many_times) / 1e9
+    spread = 1.0 - min(many_times) / max(many_times)
     method = f"{isa} FMA microbenchmark, {ACCUMULATORS} accumulators, gcc -O2, best of {repeats}"
-    return PeakResult(gflops_per_core=one, gflops_all=many, threads=threads, method=method)
+    return PeakResult(
+        gflops_per_core=one,
+        gflops_all=many,
+        threads=threads,
+        method=method,
+        spread=spread,
+        load=load,
+        warnings=tuple(quietness_warnings(spread, load, os.cpu_count() or threads)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# memory bandwidth: the roofline's slope
+# ---------------------------------------------------------------------------------------------
+
+_TRIAD_C = """
+#include <stdint.h>
+void triad(float *restrict a, const float *restrict b, const float *restrict c,
+           int64_t n, float s, int reps) {
+    for (int r = 0; r < reps; ++r)
+        for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+}
+"""
+#: Elements per array: 3 × 64 MiB, far beyond any L3 of the machines this runs on.
+TRIAD_ELEMENTS = 16 * 1024 * 1024
+
+
+@functools.cache
+def _triad() -> Callable[..., None]:
+    fn = _compile(_TRIAD_C, ["-march=native"], "bandwidth").triad
+    ptr = ctypes.POINTER(ctypes.c_float)
+    fn.argtypes = [ptr, ptr, ptr, ctypes.c_int64, ctypes.c_float, ctypes.c_int]
+    fn.restype = None
+    return fn
+
+
+def measure_bandwidth(threads: int, *, repeats: int = 5, elements: int = TRIAD_ELEMENTS) -> float:
+    """STREAM-triad memory bandwidth in GB/s (``a = b + s·c``, 12 bytes per element as STREAM
+    counts), ``threads`` threads on disjoint slices, best of ``repeats``."""
+    import numpy as np
+
+    if threads < 1:
+        raise ConvtuneError(f"bandwidth: threads must be >= 1, got {threads}")
+    fn = _triad()
+    arrays = [np.full(elements, v, dtype=np.float32) for v in (0.0, 1.0, 2.0)]
+    ptr = ctypes.POINTER(ctypes.c_float)
+    step = -(-elements // threads)
+    calls = []
+    for start in range(0, elements, step):
+        n = min(step, elements - start)
+        a, b, c = (x[start:].ctypes.data_as(ptr) for x in arrays)
+        calls.append(functools.partial(fn, a, b, c, n, 0.5, 1))
+    _run_all(calls)  # fault the pages in
+    best = min(_run_all(calls) for _ in range(repeats))
+    return 12.0 * elements / best / 1e9
+
+
+def measure_machine(threads: int, *, repeats: int = 5, seconds: float = 0.2) -> PeakResult:
+    """The FMA peak and the triad bandwidth together: what ``convtune peak`` stores."""
+    peak = measure_peak(threads, repeats=repeats, seconds=seconds)
+    bandwidth = measure_bandwidth(threads, repeats=repeats)
+    return PeakResult(**{**peak.__dict__, "bandwidth_gbs": bandwidth})

@@ -42,6 +42,9 @@ def store_peak(engine: Engine, target: Target, result: PeakResult) -> int:
             row.peak_gflops_per_core = result.gflops_per_core
             row.peak_gflops_all = result.gflops_all
             row.peak_threads = result.threads
+            row.peak_spread = result.spread
+            if result.bandwidth_gbs is not None:
+                row.bandwidth_gbs = result.bandwidth_gbs
             row.peak_measured_at = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
             try:
                 session.commit()
@@ -63,6 +66,8 @@ def stored_peak(engine: Engine, target: Target) -> PeakResult | None:
             gflops_all=row.peak_gflops_all,
             threads=row.peak_threads or 1,
             method=_STORED_METHOD,
+            spread=row.peak_spread,
+            bandwidth_gbs=row.bandwidth_gbs,
         )
 
 

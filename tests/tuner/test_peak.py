@@ -16,7 +16,14 @@ from convtune.db.ms_database import target_key
 from convtune.db.session import make_engine
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.peak import PeakResult, best_isa, measure_peak
+from convtune.tuner.peak import (
+    TRIAD_ELEMENTS,
+    PeakResult,
+    best_isa,
+    measure_bandwidth,
+    measure_peak,
+    quietness_warnings,
+)
 from convtune.tuner.results import peak_for_threads, stored_peak
 from convtune.tuner.target import make_target
 
@@ -101,7 +108,7 @@ def test_peak_cli_json_and_table(tmp_path):
     runner = CliRunner()
     result = runner.invoke(_cli(), ["peak", "--threads", "1", "--json", *db])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # warnings about load go to stderr
     assert data["threads"] == 1
     assert data["gflops_all"] == data["gflops_per_core"] > 1.0
     table = runner.invoke(_cli(), ["peak", "--threads", "1", *db])
@@ -124,11 +131,14 @@ def test_peak_cli_stores_on_this_hosts_target(db_url):
     engine = make_engine(db_url)
     try:
         stored = stored_peak(engine, make_target(None))
-        measured = json.loads(first.output)
+        measured = json.loads(first.stdout)
         assert stored is not None
         assert stored.gflops_all == pytest.approx(measured["gflops_all"])
         assert stored.gflops_per_core == pytest.approx(measured["gflops_per_core"])
         assert stored.threads == 2
+        assert stored.spread == pytest.approx(measured["spread"]) and 0 <= stored.spread < 1
+        assert stored.bandwidth_gbs == pytest.approx(measured["bandwidth_gbs"])
+        assert stored.bandwidth_gbs > 0
         # Measuring again updates the same row rather than adding a target.
         again = runner.invoke(_cli(), ["peak", "--threads", "1", "--json", "--db", db_url])
         assert again.exit_code == 0, again.output
@@ -146,3 +156,39 @@ def test_peak_for_threads():
     assert peak_for_threads(peak, 1) == 100.0
     assert peak_for_threads(peak, 2) == 180.0
     assert peak_for_threads(peak, 8) == 180.0  # more threads than cores add no FMA units
+
+
+def test_quietness_warnings():
+    assert quietness_warnings(0.01, 0.1, 2) == []
+    [spread] = quietness_warnings(0.2, 0.1, 2)
+    assert "spread by 20%" in spread
+    [load] = quietness_warnings(0.01, 3.5, 2)
+    assert "load average 3.50 on 2 CPUs" in load
+    assert len(quietness_warnings(None, None, 2)) == 0
+
+
+def test_measured_peak_reports_its_spread_and_load():
+    result = measure_peak(1, repeats=3, seconds=0.05)
+    assert result.spread is not None and 0.0 <= result.spread < 1.0
+    assert result.load == pytest.approx(os.getloadavg()[0], abs=5.0)
+    assert list(result.warnings) == quietness_warnings(result.spread, result.load, os.cpu_count())
+
+
+def test_triad_bandwidth_against_numpy_copy():
+    """The triad moves 12 bytes per element; a numpy copy of a 64 MiB array (8 bytes per element,
+    one thread) bounds it from below: one thread of plain C streams at least half that fast."""
+    import time
+
+    import numpy as np
+
+    triad = measure_bandwidth(1, repeats=3)
+    src = np.ones(TRIAD_ELEMENTS, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    copy_gbs = 8.0 * TRIAD_ELEMENTS / best / 1e9
+    assert 0.5 * copy_gbs <= triad <= 4.0 * copy_gbs, (triad, copy_gbs)
