@@ -139,28 +139,40 @@ _MS_LOGGER = "tvm.s_tir.meta_schedule"
 
 @contextmanager
 def tvm_output_to(path: Path) -> Iterator[None]:
-    """Send everything TVM writes to standard output during a job to ``path``.
+    """Send TVM's logging and everything written to standard output during a job to ``path``.
 
-    MetaSchedule configures its own console handler on ``sys.stdout`` at every ``tune_tasks``
-    (its task tables, per-candidate INFO lines and TIR dumps: 5,476 server-log lines for one
-    36-trial job), and its builder/runner processes inherit file descriptor 1. Pointing fd 1 at
-    the job's log file catches both; the worker's own log lines go to stderr and stay in the
-    server log.
+    MetaSchedule logs its task tables, per-candidate INFO lines and TIR dumps through ``tvm.*``
+    loggers that propagate to the worker's root handler (5,476 server-log lines for one 36-trial
+    job), configures a console handler on ``sys.stdout`` at every ``tune_tasks``, and its
+    builder/runner processes inherit file descriptor 1. A handler on the ``tvm`` logger that
+    does not propagate, and fd 1 pointed at the job's log file, catch all three; the worker's
+    own lines go to stderr and stay in the server log.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    tvm_logger = logging.getLogger("tvm")
     ms_logger = logging.getLogger(_MS_LOGGER)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved_level, saved_propagate = tvm_logger.level, tvm_logger.propagate
+    tvm_logger.addHandler(handler)
+    tvm_logger.setLevel(logging.INFO)
+    tvm_logger.propagate = False
     ms_logger.setLevel(logging.INFO)  # its console handler takes this level: no DEBUG dumps
     sys.stdout.flush()
-    saved = os.dup(1)
-    with open(path, "ab") as handle:
-        os.dup2(handle.fileno(), 1)
+    saved_fd = os.dup(1)
+    with open(path, "ab") as out:
+        os.dup2(out.fileno(), 1)
         try:
             yield
         finally:
             sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-            # MetaSchedule left handlers on the logger; only warnings reach the server log now.
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+            tvm_logger.removeHandler(handler)
+            handler.close()
+            tvm_logger.setLevel(saved_level)
+            tvm_logger.propagate = saved_propagate
+            # MetaSchedule left its console handler on its logger: warnings only from now on.
             ms_logger.setLevel(logging.WARNING)
 
 

@@ -95,7 +95,7 @@ class IngestedModel:
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+def parse_input_shape(text: str, option: str = "--input-shape") -> tuple[str, tuple[int, ...]]:
     """Parse a ``--input-shape`` value ``NAME=D1,D2,...`` (e.g. ``input=1,3,224,224``).
 
     The name is everything before the LAST ``=`` (ONNX names may contain ``=``); dims must be
@@ -105,12 +105,12 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     name = name.strip()
     if not sep or not name:
         raise ConvtuneError(
-            f"invalid --input-shape {_q(text)}: expected NAME=D1,D2,... e.g. input=1,3,224,224"
+            f"invalid {option} {_q(text)}: expected NAME=D1,D2,... e.g. input=1,3,224,224"
         )
     parts = [p.strip() for p in dims_text.split(",")]
     if not all(re.fullmatch(r"[0-9]+", p) for p in parts) or any(int(p) <= 0 for p in parts):
         raise ConvtuneError(
-            f"invalid --input-shape {_q(text)}: dimensions must be positive integers "
+            f"invalid {option} {_q(text)}: dimensions must be positive integers "
             "separated by commas, e.g. input=1,3,224,224"
         )
     return name, tuple(int(p) for p in parts)
@@ -120,10 +120,13 @@ def load_model(
     source: str | os.PathLike[str] | bytes,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     name: str | None = None,
+    shape_option: str = "--input-shape",
 ) -> IngestedModel:
     """Validate and prepare a model from a file path or its raw bytes.
 
-    ``input_shapes`` pins dynamic input dims (also checked against fixed ones). ``name``
+    ``input_shapes`` pins dynamic input dims (also checked against fixed ones); messages about
+    them name ``shape_option``, the way the caller's user sets them (the CLI's flag, the API's
+    form field). ``name``
     defaults to the file stem, then the graph name. Raises ``InvalidModelError`` or
     ``UnsupportedOpError`` (one line each) for anything convtune cannot tune, ``ConvtuneError``
     for an unreadable path.
@@ -133,7 +136,7 @@ def load_model(
     _refuse_external_data(model)
     _check_dtypes(model)
     # Pinned before the checker, which rejects unknown-rank inputs that an override may fix.
-    model = _pin_input_shapes(model, input_shapes or {})
+    model = _pin_input_shapes(model, input_shapes or {}, shape_option)
     _check(model)
     model = _weights_as_constants(model)
     if model.functions:
@@ -288,7 +291,7 @@ def _dtype_name(elem_type: int) -> str:
 
 
 def _pin_input_shapes(
-    model: onnx.ModelProto, overrides: Mapping[str, Sequence[int]]
+    model: onnx.ModelProto, overrides: Mapping[str, Sequence[int]], option: str = "--input-shape"
 ) -> onnx.ModelProto:
     """Copy of ``model`` whose inputs all have static dims (overrides applied and checked).
 
@@ -302,19 +305,19 @@ def _pin_input_shapes(
         if name not in names:
             valid = ", ".join(_q(n) for n in names)
             raise InvalidModelError(
-                f"--input-shape names unknown input {_q(name)}; the model's inputs are: {valid}"
+                f"{option} names unknown input {_q(name)}; the model's inputs are: {valid}"
             )
     symbols: dict[str, int] = {}
     for vi in inputs:
         if vi.name in overrides:
-            symbols.update(_check_override(vi, tuple(overrides[vi.name])))
+            symbols.update(_check_override(vi, tuple(overrides[vi.name]), option))
 
     shapes: dict[str, tuple[int, ...]] = {}
     for vi in inputs:
         if vi.name in overrides:
             shapes[vi.name] = tuple(int(d) for d in overrides[vi.name])
         else:
-            shapes[vi.name] = _static_or_raise(vi, symbols)
+            shapes[vi.name] = _static_or_raise(vi, symbols, option)
     _check_element_count(shapes)
 
     pinned = onnx.ModelProto()
@@ -327,9 +330,11 @@ def _pin_input_shapes(
     return pinned
 
 
-def _check_override(vi: onnx.ValueInfoProto, dims: tuple[int, ...]) -> dict[str, int]:
+def _check_override(
+    vi: onnx.ValueInfoProto, dims: tuple[int, ...], option: str = "--input-shape"
+) -> dict[str, int]:
     """Validate an override against the declared shape; return the symbols it binds."""
-    flag = f"--input-shape {_clean(vi.name)}={','.join(str(d) for d in dims)}"
+    flag = f"{option} {_clean(vi.name)}={','.join(str(d) for d in dims)}"
     if not dims or any(not isinstance(d, int) or d <= 0 for d in dims):
         raise InvalidModelError(f"{flag}: dimensions must be positive integers")
     if not vi.type.tensor_type.HasField("shape"):
@@ -352,12 +357,14 @@ def _check_override(vi: onnx.ValueInfoProto, dims: tuple[int, ...]) -> dict[str,
     return bound
 
 
-def _static_or_raise(vi: onnx.ValueInfoProto, symbols: Mapping[str, int]) -> tuple[int, ...]:
+def _static_or_raise(
+    vi: onnx.ValueInfoProto, symbols: Mapping[str, int], option: str = "--input-shape"
+) -> tuple[int, ...]:
     tensor_type = vi.type.tensor_type
     if not tensor_type.HasField("shape"):
         raise InvalidModelError(
-            f"input {_q(vi.name)} has unknown rank; pin it with "
-            f"--input-shape {_clean(vi.name)}=D1,D2,..."
+            f"input {_q(vi.name)} has unknown rank; "
+            f"pin it with {option} {_clean(vi.name)}=D1,D2,..."
         )
     dims: list[int] = []
     for dim in tensor_type.shape.dim:
@@ -370,13 +377,28 @@ def _static_or_raise(vi: onnx.ValueInfoProto, symbols: Mapping[str, int]) -> tup
                 f"input {_q(vi.name)} has a zero-size dimension (shape {_shape_text(vi)})"
             )
         else:
+            # A dynamic batch (axis 0) is 1 for latency tuning; any other dynamic size (an
+            # image's H, W) has no safe guess: it stays named for the user to fill in.
+            unknown = [
+                d.dim_param or "?"
+                for axis, d in enumerate(tensor_type.shape.dim)
+                if axis and not d.HasField("dim_value") and d.dim_param not in symbols
+            ]
             suggestion = ",".join(
-                str(d.dim_value) if d.HasField("dim_value") else "1" for d in tensor_type.shape.dim
+                str(d.dim_value)
+                if d.HasField("dim_value")
+                else str(symbols[d.dim_param])
+                if d.dim_param in symbols
+                else "1"
+                if axis == 0
+                else d.dim_param or "?"
+                for axis, d in enumerate(tensor_type.shape.dim)
             )
+            fill = f" with {', '.join(unknown)} set to the size to tune for" if unknown else ""
             raise InvalidModelError(
                 f"input {_q(vi.name)} has a dynamic dimension {_q(dim.dim_param or '?')} "
                 f"(shape {_shape_text(vi)}); pin it with "
-                f"--input-shape {_clean(vi.name)}={suggestion}"
+                f"{option} {_clean(vi.name)}={suggestion}{fill}"
             )
     return tuple(dims)
 

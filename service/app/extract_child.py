@@ -42,7 +42,12 @@ def _register(request: ExtractRequest) -> int:
         # Extraction time grows with the graph (2,000 Relus: 11 s): a big graph yields the CPU
         # to the small uploads of others running next to it.
         os.nice(min(19, nodes // _NODES_PER_NICE_STEP))
-    ingested = load_model(request.upload_path, input_shapes=request.input_shapes, name=request.name)
+    ingested = load_model(
+        request.upload_path,
+        input_shapes=request.input_shapes,
+        name=request.name,
+        shape_option="input_shapes",  # an HTTP client sets the form field, not the CLI flag
+    )
     engine = make_engine(request.database_url, busy_timeout=request.busy_timeout)
     sessions = session_factory(engine)
     try:

@@ -53,7 +53,7 @@ def parse_input_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for item in (text or "").split(";"):
         if item.strip():
-            name, dims = parse_input_shape(item.strip())
+            name, dims = parse_input_shape(item.strip(), "input_shapes")
             shapes[name] = dims
     return shapes
 

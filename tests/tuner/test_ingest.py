@@ -378,6 +378,18 @@ def test_dynamic_dim_must_be_pinned_exact_message():
     )
 
 
+def test_dynamic_image_size_is_not_guessed_and_the_api_names_its_field():
+    """A dynamic H and W get no 1×1 suggestion; an HTTP client is told about its form field."""
+    model = _relu_model([1, 3, "H", "W"])
+    with refused(InvalidModelError) as check:
+        load_model(models.to_bytes(model), shape_option="input_shapes")
+    assert check.message == (
+        "input 'x' has a dynamic dimension 'H' (shape [1,3,H,W]); pin it with "
+        "input_shapes x=1,3,H,W with H, W set to the size to tune for"
+    )
+    assert "--" not in check.message
+
+
 def test_unnamed_dynamic_dim():
     model = _relu_model([None, 4])
     with refused(InvalidModelError, "input 'x'", "dynamic dimension '?'", "x=1,4"):
