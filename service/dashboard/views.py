@@ -264,7 +264,7 @@ def _layer_row(
         "workload_id": wid,
         "task": task,
         "onnx_nodes": [str(n) for n in mw.onnx_nodes],
-        "op": mw.op or _fused_label(task),
+        "op": mw.op if mw.kind != "other" and mw.op else _fused_label(task),
         "kind": mw.kind,
         "shape": str(mw.description.get("shape", "")),
         "flops": mw.flops,
@@ -486,7 +486,13 @@ def layer_detail(
         .where(TuningRecordRow.workload_id == workload_id)
         .order_by(TuningRecordRow.id)
     ).all()
-    trials = series.trials_from_rows([tuple(r) for r in rows])
+    # Wall-clock from the start of the job that measured the first trial, if it is known.
+    first_job_id = _job_of(session, rows[0][0]) if rows else None
+    first_job = session.get(JobRow, first_job_id) if first_job_id is not None else None
+    start = first_job.started_at if first_job is not None else None
+    if start is not None and rows and start > rows[0][1]:
+        start = None
+    trials = series.trials_from_rows([tuple(r) for r in rows], start=start)
     best_row = session.scalars(
         select(TuningRecordRow)
         .where(TuningRecordRow.workload_id == workload_id, TuningRecordRow.mean_sec.is_not(None))
@@ -496,6 +502,9 @@ def layer_detail(
     first = uses[0] if uses else None
     flops = workload.flops or (first.flops if first else 0.0)
     peak = peak_of(session, workload.target_id)
+    bandwidth = session.scalar(
+        select(TargetRow.bandwidth_gbs).where(TargetRow.id == workload.target_id)
+    )
     best_gflops = best_row.gflops if best_row is not None else None
     failed = sum(t.failed for t in trials)
     return {
@@ -521,9 +530,15 @@ def layer_detail(
             else None,
             "gflops": best_gflops,
             "peak_gflops": peak,
+            "bandwidth_gbs": bandwidth,
         },
+        "wallclock_from": "job start" if start is not None else "first trial",
         "table": _trials_page(session, workload_id, len(trials), page, per_page),
     }
+
+
+def _job_of(session: Session, record_id: int) -> int | None:
+    return session.scalar(select(TuningRecordRow.job_id).where(TuningRecordRow.id == record_id))
 
 
 def _best_view(record: TuningRecordRow | None) -> dict[str, Any] | None:

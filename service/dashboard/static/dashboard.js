@@ -25,6 +25,11 @@ const convtune = (() => {
     el.innerHTML = "";
     el.appendChild(Object.assign(document.createElement("div"), { className: "empty-chart", textContent: text }));
   }
+  // Before drawing: drop an empty-state message, but never Plotly's own nodes (react updates them).
+  function chartReady(el) {
+    const words = el.querySelector(":scope > .empty-chart");
+    if (words) words.remove();
+  }
   async function postJson(url, body, token) {
     const headers = { "Content-Type": "application/json" };
     if (token) headers.Authorization = "Bearer " + token;
@@ -79,18 +84,21 @@ const convtune = (() => {
   function drawTimeSplit(split) {
     const el = document.getElementById("time-split");
     if (!split.traces.length) { emptyChart(el, "No per-layer times yet: the job's artifact is profiled against onnxruntime once it is built."); return; }
+    // Only contenders something was measured for (the untuned build is not benched by jobs).
+    const keep = split.contenders.map((c, i) => split.traces.some((t) => t.y[i])).map((k, i) => (k ? i : -1)).filter((i) => i >= 0);
+    const contenders = keep.map((i) => split.contenders[i]);
     const seen = new Set();
-    const traces = split.traces.map((t) => {
+    const traces = split.traces.map((t) => ({ ...t, y: keep.map((i) => t.y[i]) })).map((t) => {
       const first = !seen.has(t.kind);
       seen.add(t.kind);
       return {
-        type: "bar", orientation: "h", y: split.contenders, x: t.y, name: t.kind, legendgroup: t.kind,
+        type: "bar", orientation: "h", y: contenders, x: t.y, name: t.kind, legendgroup: t.kind,
         showlegend: first, marker: { color: kindColor(t.kind), line: { color: "#fff", width: 1 } },
         text: t.y.map((v) => (v ? t.name : "")), textposition: "inside", insidetextanchor: "middle",
         hovertemplate: "%{y}: %{x:.4f} ms<extra>" + t.name + "</extra>",
       };
     });
-    el.innerHTML = "";
+    chartReady(el);
     Plotly.react(el, traces, baseLayout({ barmode: "stack", xaxis: { title: { text: "ms per inference" } },
       height: 300, margin: { l: 95, r: 20, t: 40, b: 45 }, uniformtext: { mode: "hide", minsize: 9 } }), plotConfig);
   }
@@ -100,7 +108,7 @@ const convtune = (() => {
     if (!top.labels.length) { emptyChart(el, "Not profiled yet: the slowest layers appear once the job's artifact has been profiled."); return; }
     const labels = top.labels.map((l, i) => (i + 1) + ". " + (l.length > 38 ? l.slice(0, 37) + "…" : l));
     const share = top.share.map((v) => (v === null ? "" : (100 * v).toFixed(1) + " %"));
-    el.innerHTML = "";
+    chartReady(el);
     Plotly.react(el, [
       { type: "bar", orientation: "h", name: "ours", y: labels, x: top.ours_ms, text: share, textposition: "outside",
         marker: { color: top.kinds.map(kindColor) }, hovertemplate: "%{y}: %{x:.4f} ms (%{text} of ours)<extra>ours</extra>" },
@@ -121,10 +129,11 @@ const convtune = (() => {
       color: PALETTE[i % PALETTE.length], line_color: PALETTE[i % PALETTE.length],
     }));
     traces.forEach((t) => { t.line.color = t.color; t.marker.color = t.color; delete t.color; delete t.line_color; });
-    el.innerHTML = "";
+    chartReady(el);
     Plotly.react(el, traces, baseLayout({ height: 340, showlegend: true,
       legend: { orientation: "v", x: 1.01, y: 1, font: { size: 10 } }, margin: { l: 60, r: 10, t: 10, b: 45 },
-      xaxis: { title: { text: "seconds since the job started" } }, yaxis: { title: { text: "best GFLOP/s so far" } } }),
+      xaxis: { title: { text: "seconds since the job started" }, rangemode: "tozero" },
+      yaxis: { title: { text: "best GFLOP/s so far" }, rangemode: "tozero" } }),
       plotConfig);
   }
 
@@ -263,32 +272,51 @@ const convtune = (() => {
     document.querySelectorAll("table.sortable").forEach(makeSortable);
     const v = readData();
     const best = v.best_curve;
-    const stepLine = (x, name) => ({ type: "scatter", mode: "lines+markers", line: { shape: "hv" },
-      x, y: best.gflops, name });
-    Plotly.newPlot("chart-best-trial", [stepLine(best.n, "best so far")],
-      baseLayout({ xaxis: { title: { text: "trial" } }, yaxis: { title: { text: "GFLOP/s" } } }), plotConfig);
-    Plotly.newPlot("chart-best-time", [stepLine(best.seconds, "best so far")],
-      baseLayout({ xaxis: { title: { text: "seconds since the first trial" } }, yaxis: { title: { text: "GFLOP/s" } } }),
-      plotConfig);
-    const s = v.scatter;
-    const pick = (ok) => s.n.map((n, i) => i).filter((i) => s.failed[i] !== ok);
-    const okIdx = pick(true), badIdx = pick(false);
-    Plotly.newPlot("chart-scatter", [
-      { type: "scatter", mode: "markers", name: "measured", x: okIdx.map((i) => s.n[i]),
-        y: okIdx.map((i) => s.gflops[i]), marker: { size: 7 } },
-      { type: "scatter", mode: "markers", name: "failed", x: badIdx.map((i) => s.n[i]),
-        y: badIdx.map(() => 0), marker: { symbol: "x", size: 9, color: "#c0392b" } },
-    ], baseLayout({ xaxis: { title: { text: "trial" } }, yaxis: { title: { text: "GFLOP/s (failed at 0)" } } }),
-      plotConfig);
-    const r = v.roofline;
-    const traces = [];
-    if (r.intensity !== null && r.gflops !== null) {
-      traces.push({ type: "scatter", mode: "markers+text", name: "best schedule", x: [r.intensity], y: [r.gflops],
-        text: [num(r.gflops, 1) + " GFLOP/s"], textposition: "top center", marker: { size: 11 } });
+    const noFlops = !v.workload.flops;
+    const why = v.trial_count === 0 ? "No trial measured yet for this layer."
+      : noFlops ? "This layer does no floating-point work (a copy or layout change): it has times but no GFLOP/s, see the trials table."
+      : !best.n.length ? "No successful trial yet: every measured candidate failed (see the errors below)." : null;
+    if (why) {
+      ["chart-best-trial", "chart-best-time", "chart-scatter"].forEach((id) => emptyChart(id, why));
+    } else {
+      const stepLine = (x, name) => ({ type: "scatter", mode: "lines+markers", line: { shape: "hv" },
+        x, y: best.gflops, name });
+      Plotly.newPlot("chart-best-trial", [stepLine(best.n, "best so far")],
+        baseLayout({ showlegend: false, margin: { l: 60, r: 20, t: 10, b: 45 },
+          xaxis: { title: { text: "trial" }, rangemode: "tozero" }, yaxis: { title: { text: "GFLOP/s" }, rangemode: "tozero" } }), plotConfig);
+      Plotly.newPlot("chart-best-time", [stepLine(best.seconds, "best so far")],
+        baseLayout({ showlegend: false, margin: { l: 60, r: 20, t: 10, b: 45 },
+          xaxis: { title: { text: "seconds since the " + v.wallclock_from }, rangemode: "tozero" },
+          yaxis: { title: { text: "GFLOP/s" }, rangemode: "tozero" } }), plotConfig);
+      const s = v.scatter;
+      const pick = (ok) => s.n.map((n, i) => i).filter((i) => s.failed[i] !== ok);
+      const okIdx = pick(true), badIdx = pick(false);
+      Plotly.newPlot("chart-scatter", [
+        { type: "scatter", mode: "markers", name: "measured", x: okIdx.map((i) => s.n[i]),
+          y: okIdx.map((i) => s.gflops[i]), marker: { size: 7 } },
+        { type: "scatter", mode: "markers", name: "failed", x: badIdx.map((i) => s.n[i]),
+          y: badIdx.map(() => 0), marker: { symbol: "x", size: 9, color: "#c0392b" } },
+      ], baseLayout({ xaxis: { title: { text: "trial" }, rangemode: "tozero" },
+        yaxis: { title: { text: "GFLOP/s (failed at 0)" }, rangemode: "tozero" } }), plotConfig);
     }
-    if (r.peak_gflops) {
-      const xs = [Math.min(0.1, r.intensity || 0.1), Math.max(100, 10 * (r.intensity || 1))];
-      traces.push({ type: "scatter", mode: "lines", name: "measured peak", x: xs, y: [r.peak_gflops, r.peak_gflops],
+    const r = v.roofline;
+    if (r.intensity === null || r.gflops === null) {
+      emptyChart("chart-roofline", r.intensity === null
+        ? "No roofline: this layer's arithmetic intensity is not known (not a Conv, Gemm or MatMul)."
+        : "No roofline point yet: no successful trial.");
+      return;
+    }
+    const traces = [{ type: "scatter", mode: "markers+text", name: "best schedule", x: [r.intensity], y: [r.gflops],
+      text: [num(r.gflops, 1) + " GFLOP/s"], textposition: "top center", marker: { size: 11 } }];
+    const lo = Math.min(0.1, r.intensity / 10), hi = Math.max(100, 10 * r.intensity);
+    if (r.peak_gflops && r.bandwidth_gbs) {
+      // min(peak, bandwidth × intensity): the slope, the ridge, the roof.
+      const ridge = r.peak_gflops / r.bandwidth_gbs;
+      const xs = [lo, Math.max(lo, Math.min(ridge, hi)), hi];
+      traces.push({ type: "scatter", mode: "lines", name: "roof: " + num(r.bandwidth_gbs, 1) + " GB/s, " + num(r.peak_gflops, 0) + " GFLOP/s",
+        x: xs, y: xs.map((x) => Math.min(r.peak_gflops, r.bandwidth_gbs * x)), line: { dash: "dash", color: "#64748b" } });
+    } else if (r.peak_gflops) {
+      traces.push({ type: "scatter", mode: "lines", name: "measured peak", x: [lo, hi], y: [r.peak_gflops, r.peak_gflops],
         line: { dash: "dash" } });
     }
     Plotly.newPlot("chart-roofline", traces, baseLayout({
