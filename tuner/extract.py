@@ -32,7 +32,7 @@ from .flops import node_flops, node_key, static_shapes
 from .ingest import IngestedModel
 from .options import DEFAULT_LAYOUT, Layout
 
-ANCHOR_OPS = {"Conv": "conv", "Gemm": "gemm", "MatMul": "matmul"}
+ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,24 @@ def _onnx_anchor(
                 else attrs["auto_pad"]
             )
         return _Anchor(outputs=math.prod(y), reduction=math.prod(w[1:])), desc
+    if node.op_type == "ConvTranspose":
+        # TOPI's conv2d_transpose: every output element sums Cin/groups·kh·kw products (weights
+        # are Cin × Cout/groups × kh × kw).
+        x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
+        y = shapes.get(node.output[0])
+        if x is None or w is None or y is None:
+            return None
+        groups = int(attrs.get("group", 1))
+        reduction = w[0] // groups * math.prod(w[2:])
+        desc = {
+            "input": list(x),
+            "weight": list(w),
+            "output": list(y),
+            "strides": list(attrs.get("strides", [1] * (len(w) - 2))),
+            "groups": groups,
+            "flops": 2.0 * math.prod(y) * reduction,
+        }
+        return _Anchor(outputs=math.prod(y), reduction=reduction), desc
     if node.op_type in ("Gemm", "MatMul"):
         a, b = shapes.get(node.input[0]), shapes.get(node.input[1])
         y = shapes.get(node.output[0])
@@ -304,7 +322,7 @@ def _link_onnx_nodes(model: onnx.ModelProto, fused: IRModule, tasks: list[ModelT
                 task.kind = ANCHOR_OPS[node.op_type]
                 task.op = node.op_type
                 if not task.description:
-                    task.description = {**desc, "flops": node_flops(node, shapes)}
+                    task.description = {"flops": node_flops(node, shapes), **desc}
                 name = node_key(node, position)
                 if name not in task.onnx_nodes:
                     task.onnx_nodes.append(name)

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -173,7 +173,7 @@ def _run_parallel(fn: Callable[[int], object], iters: int, threads: int) -> floa
     return _run_all([lambda: fn(iters)] * threads)
 
 
-def _run_all(calls: list[Callable[[], object]]) -> float:
+def _run_all(calls: Sequence[Callable[[], object]]) -> float:
     """Wall seconds for running every call on its own thread, timed from a common start."""
     barrier = threading.Barrier(len(calls) + 1)
 

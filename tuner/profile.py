@@ -149,15 +149,15 @@ class _NodeResolver:
                 ambiguous.append((name, op, found))
         unmatched: list[tuple[str, str]] = []
         for name, op, found in ambiguous:
-            free = [key for key in found if key not in claimed]
+            unclaimed = [key for key in found if key not in claimed]
             if found:
-                mapping[name] = (free or found)[0]
+                mapping[name] = (unclaimed or found)[0]
                 claimed.add(mapping[name])
             else:
                 unmatched.append((name, op))
         for name, op in unmatched:
             cls = _KERNEL_CLASS.get(op)
-            free = next(
+            nxt: str | None = next(
                 (
                     key
                     for key in self.anchors
@@ -165,7 +165,7 @@ class _NodeResolver:
                 ),
                 None,
             )
-            mapping[name] = free if cls is not None and free is not None else name
+            mapping[name] = nxt if cls is not None and nxt is not None else name
             claimed.add(mapping[name])
         return mapping
 

@@ -436,7 +436,7 @@ def convergence(
     start = (
         job.started_at if job is not None and job.started_at and job.started_at <= first else first
     )
-    out = []
+    out: list[dict[str, Any]] = []
     for wid, records in per.items():
         steps = series.best_so_far(series.trials_from_rows(records, start=start))
         if steps:

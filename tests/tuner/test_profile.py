@@ -250,3 +250,26 @@ def test_every_anchor_node_gets_its_onnxruntime_time(named):
         if n.op_type in ("Relu", "Clip", "Sigmoid", "Add")
     ]
     assert not set(folded) & set(times), times
+
+
+def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
+    """A decoder's ConvTranspose (an OCR detector's upsampling) is a tuned layer tied to its
+    ONNX node, and onnxruntime's time for it lands on that node."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.1).astype(np.float32), "w"),
+        numpy_helper.from_array((rng.standard_normal((4, 8, 2, 2)) * 0.1).astype(np.float32), "wt"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="down", pads=[1] * 4),
+        helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="up", strides=[2, 2]),
+    ]
+    model = make_model(nodes, [_vi("x", (1, 8, 8, 8))], [_vi("y", (1, 8, 16, 16))], inits)
+    ingested = load_model(model.SerializeToString())
+    _, tasks = extract_tasks(ingested, make_target(None))
+    [up] = [t for t in tasks if t.op == "ConvTranspose"]
+    assert up.onnx_nodes == ["up"] and up.kind == "conv"
+    assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 2 * 2
+    feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
+    times = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
+    assert times["up"] > 0 and times["down"] > 0
