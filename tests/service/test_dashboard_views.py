@@ -194,3 +194,21 @@ def test_layer_page_reads_profile_bench_errors_and_peak(db_engine, peak: float |
     assert detail["best_curve"]["gflops"] == pytest.approx([100.0, 200.0, 200.0])
     assert detail["table"]["pages"] == 2 and len(detail["table"]["rows"]) == 3
     assert detail["roofline"]["peak_gflops"] == peak
+
+
+def test_without_a_profile_no_share_is_made_up(db_engine) -> None:
+    """Tuning's single-kernel times are not shares of an inference: no profile, no shares."""
+    model_id, _ = _seed(db_engine, peak=100.0)
+    with Session(db_engine) as session, session.begin():
+        for artifact in session.query(ArtifactRow):
+            artifact.profile = None
+    with Session(db_engine) as session:
+        view = layer_page(session, session.get(ModelRow, model_id), None)
+    [row] = view["rows"]
+    assert row["tuned_ms"] is not None  # tuning did measure the kernel...
+    assert row["share"] is None and row["gap"] is None and not view["profiled"]  # ...no share
+    assert view["top"]["labels"] == []
+    assert view["time_split"]["source"].startswith("nothing yet")
+    # The bench still gives whole-model segments.
+    names = {t["name"] for t in view["time_split"]["traces"]}
+    assert "whole model (tuned, bench)" in names
