@@ -27,7 +27,7 @@ from convtune.service.cli_common import (
 )
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
-from convtune.tuner.peak import PeakResult, measure_machine, measure_peak
+from convtune.tuner.peak import PeakResult, measure_machine
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, rich_table
 
 if TYPE_CHECKING:
@@ -179,9 +179,12 @@ def measure_artifact(
     """
     from convtune.tuner.bench import bench_model
     from convtune.tuner.profile import profile_model
-    from convtune.tuner.results import store_artifact_results
+    from convtune.tuner.results import peak_for_threads, resolve_peak, store_artifact_results
 
-    peak_gflops, peak_source = _peak(engine, target, threads)
+    # Stored when missing (measured inside the host's measurement lock): the dashboard's
+    # "% of peak" and roofline need it, and nobody should have to run `convtune peak` first.
+    peak, peak_source = resolve_peak(engine, target, threads, store=True)
+    peak_gflops = peak_for_threads(peak, threads)
     doc = bench_model(
         ingested,
         threads=threads,

@@ -90,13 +90,13 @@ def resolve_peak(
     The stored one for ``target`` if any; else measured now — fully and stored (``store=True``,
     as a benchmark run does), or quickly and not stored (a one-off ``convtune bench``).
     """
-    from .peak import measure_peak
+    from .peak import measure_machine, measure_peak
 
     found = stored_peak(engine, target)
     if found is not None:
         return found, "database"
     if store:
-        measured = measure_peak(threads)
+        measured = measure_machine(threads)  # the peak and the memory bandwidth
         store_peak(engine, target, measured)
         return measured, "measured now and stored"
     quick = measure_peak(threads, repeats=2, seconds=0.05)
