@@ -31,7 +31,7 @@ from .traces import summarize_trace
 
 BYTES_PER_ELEMENT = 4  # fp32
 ORT_OTHER_PREFIX = "(onnxruntime"
-CONTENDERS = ("untuned", "tuned", "onnxruntime")
+CONTENDERS = ("untuned", "tuned", "onnxruntime", "openvino")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +200,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     budgets = {w: r["budget"] for r in rows if (w := r["workload_id"]) is not None and r["budget"]}
     done = sum(min(n, budgets[w]) if w in budgets else n for w, n in trials.items())
     tuned, ort = _bench_result(artifact, "tuned"), _bench_result(artifact, "onnxruntime")
+    openvino = _bench_result(artifact, "openvino")
     return {
         "model": {"id": model.id, "name": model.name, "sha256": model.sha256},
         "job": _job_view(job),
@@ -212,6 +213,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
             "tuned_ms": tuned.get("median_ms") if tuned else None,
             "ort_ms": ort.get("median_ms") if ort else None,
             "time_vs_ort": tuned.get("time_vs_ort") if tuned else None,
+            "openvino_ms": openvino.get("median_ms") if openvino else None,
             "threads": artifact.bench.get("threads") if artifact and artifact.bench else None,
         },
         "time_split": time_split(rows, artifact),
@@ -341,24 +343,25 @@ def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict
     if profile:
         ranked = sorted(profile, key=lambda r: -max(r.get("ms") or 0.0, r.get("ort_ms") or 0.0))
         rest: dict[str, list[float]] = {}
+
+        def bar(ours: float, theirs: float) -> list[float | None]:
+            y: list[float | None] = [None] * len(CONTENDERS)
+            y[CONTENDERS.index("tuned")] = ours or None
+            y[CONTENDERS.index("onnxruntime")] = theirs or None
+            return y
+
         for i, prow in enumerate(ranked):
             kind = _op_kind(prow)
             ours, theirs = prow.get("ms") or 0.0, prow.get("ort_ms") or 0.0
             if i < NAMED_SEGMENTS and not kind.startswith("onnxruntime"):
-                segments.append(
-                    {
-                        "name": _layer_label(prow),
-                        "kind": kind,
-                        "y": [None, ours or None, theirs or None],
-                    }
-                )
+                segments.append({"name": _layer_label(prow), "kind": kind, "y": bar(ours, theirs)})
             else:
                 acc = rest.setdefault(kind, [0.0, 0.0])
                 acc[0] += ours
                 acc[1] += theirs
         for kind, (ours, theirs) in rest.items():
             name = kind if kind.startswith("onnxruntime") else f"other {kind} layers"
-            segments.append({"name": name, "kind": kind, "y": [None, ours or None, theirs or None]})
+            segments.append({"name": name, "kind": kind, "y": bar(ours, theirs)})
         source = "the artifact's profile"
     else:
         source = "nothing yet: the artifact is profiled after its job"

@@ -178,9 +178,9 @@ def test_layer_page_reads_profile_bench_errors_and_peak(db_engine, peak: float |
     assert row["ort_ms"] == 0.010 and row["share"] == 1.0 and view["profiled"]
     assert row["gap"] == pytest.approx(1.2) and row["profile_ms"] == 0.012
     split = {t["name"]: (t["kind"], t["y"]) for t in view["time_split"]["traces"]}
-    assert split["fused_conv"] == ("Conv", [None, 0.012, 0.010])
-    assert split["onnxruntime only"] == ("onnxruntime only", [None, None, 0.002])
-    assert split["whole model (untuned, bench)"] == ("whole model", [0.5, None, None])
+    assert split["fused_conv"] == ("Conv", [None, 0.012, 0.010, None])
+    assert split["onnxruntime only"] == ("onnxruntime only", [None, None, 0.002, None])
+    assert split["whole model (untuned, bench)"] == ("whole model", [0.5, None, None, None])
     assert view["top"]["labels"] == ["fused_conv"] and view["top"]["ort_ms"] == [0.010]
     assert view["bench"]["time_vs_ort"] == 1.1
     assert view["over_peak"] == bool(peak)  # 200 GFLOP/s against a stored 100: flagged
