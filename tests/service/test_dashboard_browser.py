@@ -75,9 +75,9 @@ def page(dash: Service) -> Iterator[Page]:
         assert not errors, f"JavaScript errors on the pages: {errors}"
 
 
-def screenshot(page: Page, name: str) -> None:
+def screenshot(page: Page, name: str, *, full_page: bool = False) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=SCREENSHOTS / name)
+    page.screenshot(path=SCREENSHOTS / name, full_page=full_page)
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +207,7 @@ def test_every_conv_row_has_its_onnxruntime_time(page: Page, watched_job: dict[s
     assert page.locator("#top-layers .bars path").count() >= 6  # ours and onnxruntime per layer
     assert page.locator("#convergence .scatterlayer .trace").count() >= 4
     assert page.text_content("#e2e-ratio")
-    screenshot(page, "model-tuned.png")
+    screenshot(page, "model-tuned.png", full_page=True)
 
 
 def test_job_page_updates_live_without_reload(page: Page, watched_job: dict[str, Any]) -> None:
