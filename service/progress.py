@@ -31,6 +31,7 @@ class TuneProgress:
     per_task: dict[int, dict[str, Any]] = field(default_factory=dict)
     last: dict[str, Any] | None = None
     phase: str = "extracting tasks"
+    searching: bool = True
 
     def update(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "search_planned":
@@ -42,6 +43,7 @@ class TuneProgress:
             self.last = payload
         elif kind == "build_started":
             self.phase = f"building ({payload.get('trials_measured', 0)} trials measured)"
+            self.searching = False
         elif kind == "verified":
             self.phase = "verified against onnxruntime"
 
@@ -83,7 +85,7 @@ class TuneProgress:
         budget = self.budget_left()
         if budget is not None:
             parts.append(f"budget left {_clock(budget)}")
-        eta = self.eta()
+        eta = self.eta() if self.searching else None
         if eta is not None:
             parts.append(f"ETA {_clock(eta)}")
         return " · ".join(parts)
