@@ -1,7 +1,7 @@
 """Peak spread and memory bandwidth on targets.
 
 Revision ID: 0005
-Revises: 0001
+Revises: 0004
 Create Date: 2026-11-30 04:40:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0001"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
