@@ -59,12 +59,18 @@ def warm_up() -> None:
     forkserver.ensure_running()
 
 
-def _run_child(request: ExtractRequest, timeout: float) -> tuple[str, Any]:
-    """Blocking: fork a child, wait up to ``timeout`` for its answer, kill it if it is late."""
+def _child_entry(request: ExtractRequest, conn: multiprocessing.connection.Connection) -> None:
+    # Imported in the child only (the forkserver has it loaded already): in the API process it
+    # would load TVM, ~250 MB of RSS, for nothing.
     from .extract_child import child_main
 
+    child_main(request, conn)
+
+
+def _run_child(request: ExtractRequest, timeout: float) -> tuple[str, Any]:
+    """Blocking: fork a child, wait up to ``timeout`` for its answer, kill it if it is late."""
     receiver, sender = _CONTEXT.Pipe(duplex=False)
-    process = _CONTEXT.Process(target=child_main, args=(request, sender), daemon=True)
+    process = _CONTEXT.Process(target=_child_entry, args=(request, sender), daemon=True)
     process.start()
     sender.close()
     try:

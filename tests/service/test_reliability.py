@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import onnx
+import psutil
 import psycopg
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -401,7 +402,7 @@ def test_busy_database_is_503_then_success(limited):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_orphans_are_swept_at_start_and_healthz_wants_a_worker(tmp_path):
+def test_orphans_are_swept_at_start_slow_extraction_is_cut_and_healthz_wants_a_worker(tmp_path):
     data_dir = tmp_path / "data"
     (data_dir / "models").mkdir(parents=True)
     (data_dir / "tmp").mkdir()
@@ -414,7 +415,10 @@ def test_orphans_are_swept_at_start_and_healthz_wants_a_worker(tmp_path):
     fresh = data_dir / "tmp" / "upload-new.part"
     fresh.write_bytes(b"in flight")
     with database("sqlite", tmp_path) as url:
-        service = start_service(tmp_path, url)
+        # 2000 Relus take ~11 s to extract here (more when the machine is busy).
+        service = start_service(
+            tmp_path, url, max_extract_seconds="5", max_upload_bytes=str(64 << 20)
+        )
         try:
             assert not orphan.exists() and not stale.exists()
             assert fresh.exists()
@@ -426,5 +430,17 @@ def test_orphans_are_swept_at_start_and_healthz_wants_a_worker(tmp_path):
                 client.post(f"/api/models/{model_id}/jobs", json={"trials_per_task": 2})
                 # A job waits and nobody will run it.
                 assert_error(client.get("/healthz"), 503, "no_worker")
+                chain = to_bytes(relu_chain(2000))
+                message = assert_error(upload(client, chain), 422, "limit_exceeded")
+                assert "CONVTUNE_MAX_EXTRACT_SECONDS" in message
+                assert not stored(service, chain).exists()
+                assert leftovers(service) == []
+                # The killed child left no row: the same bytes are new, and cut again.
+                assert_error(upload(client, chain), 422, "limit_exceeded")
+                # 48 MB streamed to disk and checked in a child: the API holds no copy of it.
+                api = psutil.Process(service.proc.process.pid)
+                before = api.memory_info().rss
+                assert_error(upload(client, b"\x08" * (48 << 20)), 400, "invalid_model")
+                assert api.memory_info().rss - before < 16 << 20
         finally:
             service.stop()

@@ -1,0 +1,110 @@
+"""``serve`` supervises its workers: a worker killed with SIGKILL is replaced, its job is
+requeued and finishes with every trial kept and none measured twice; a job that reaches the
+wall-clock cap stops searching and is built from what it measured. Slow: real tuning."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import psutil
+import pytest
+
+from tests.service.conftest import BACKENDS, database, start_service
+from tests.service.test_models_api import assert_error, upload
+from tests.service.test_serve import worker_children
+from tests.service.test_worker_e2e import (
+    JOB_TIMEOUT,
+    event_kinds,
+    job_records,
+    two_conv_model,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+TRIALS = 4
+FAST_HEARTBEAT = {"heartbeat_seconds": "0.5", "stale_after_seconds": "4"}
+
+
+def ended(client, path: str):
+    body = client.get(path).json()
+    return body if body["status"] in ("succeeded", "failed", "cancelled") else None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_worker_is_replaced_and_its_job_finishes(tmp_path, backend):
+    with database(backend, tmp_path) as url:
+        service = start_service(tmp_path, url, workers="1", **FAST_HEARTBEAT)
+        try:
+            api = psutil.Process(service.proc.process.pid)
+            with service.client() as client:
+                health = client.get("/healthz").json()
+                assert health["workers_alive"] == 1
+                model = upload(client, two_conv_model(seed=11), "two_conv.onnx").json()
+                job = client.post(
+                    f"/api/models/{model['id']}/jobs",
+                    json={"trials_per_task": TRIALS, "threads": 2, "seed": 3},
+                ).json()
+                path = f"/api/jobs/{job['id']}"
+                wait_for(
+                    lambda: client.get(path).json()["trials_done"] >= 1,
+                    JOB_TIMEOUT,
+                    f"the first trial (log:\n{service.proc.log()[-3000:]})",
+                )
+                [first] = worker_children(api)
+                first.kill()  # SIGKILL: no requeue, no goodbye
+                first.wait(10)
+                before = job_records(url, job["id"])
+                assert before, "no trial was committed before the kill"
+
+                replaced = wait_for(
+                    lambda: [w for w in worker_children(api) if w.pid != first.pid],
+                    30,
+                    "a new worker",
+                )
+                assert len(replaced) == 1
+                final = wait_for(lambda: ended(client, path), JOB_TIMEOUT, "the job to end")
+                assert final["status"] == "succeeded", (final["error"], service.proc.log()[-3000:])
+                assert final["attempts"] == 1
+                assert final["trials_done"] == final["trials_budget"] == 2 * TRIALS
+                assert client.get("/healthz").json()["workers_alive"] >= 1
+            assert "restarting in" in service.proc.log()
+            after = job_records(url, job["id"])
+            assert set(before) <= set(after), "a trial recorded before the kill is gone"
+            pairs = Counter((wid, trace) for _, wid, trace in after)
+            assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
+            assert sorted(Counter(wid for _, wid, _ in after).values()) == [TRIALS, TRIALS]
+            kinds = event_kinds(url, job["id"])
+            assert kinds.count("claimed") == 2 and "requeued" in kinds
+            assert kinds[-1] == "succeeded"
+        finally:
+            service.stop()
+
+
+def test_job_at_the_wall_clock_cap_is_built_from_what_it_measured(tmp_path):
+    with database("sqlite", tmp_path) as url:
+        # 0.05 min: the cap passes during the first measured batches.
+        service = start_service(tmp_path, url, workers="1", max_job_minutes="0.05")
+        try:
+            with service.client() as client:
+                model = upload(client, two_conv_model(seed=12), "capped.onnx").json()
+                job = client.post(
+                    f"/api/models/{model['id']}/jobs", json={"trials_per_task": 64, "threads": 2}
+                ).json()
+                path = f"/api/jobs/{job['id']}"
+                started = time.monotonic()
+                final = wait_for(lambda: ended(client, path), JOB_TIMEOUT, "the job to end")
+                assert final["status"] == "succeeded", (final["error"], service.proc.log()[-3000:])
+                assert 0 < final["trials_done"] < final["trials_budget"] == 128
+                assert final["artifact_id"] is not None
+                assert time.monotonic() - started < JOB_TIMEOUT
+                assert "time_cap" in event_kinds(url, job["id"])
+                # Over the server's search budget: refused at the door instead.
+                assert_error(
+                    client.post(f"/api/models/{model['id']}/jobs", json={"budget_minutes": 1e6}),
+                    422,
+                    "limit_exceeded",
+                )
+        finally:
+            service.stop()
