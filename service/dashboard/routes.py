@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from ..app import crud
 from ..app.api.deps import RowId, SessionDep, SettingsDep
+from ..app.api.routes.health import service_health
 from ..app.core.errors import ApiError
 from . import views
 from .filters import install_filters
@@ -53,6 +54,7 @@ def models_page(
         page=page,
         has_next=len(models) > MODELS_PER_PAGE,
         auth=settings.auth_enabled,
+        health=service_health(session, settings),
     )
 
 

@@ -428,8 +428,10 @@ def test_orphans_are_swept_at_start_slow_extraction_is_cut_and_healthz_wants_a_w
                 assert health["workers_alive"] == 0 and health["oldest_queued_seconds"] is None
                 model_id = upload(client, to_bytes(conv_net(seed=560))).json()["id"]
                 client.post(f"/api/models/{model_id}/jobs", json={"trials_per_task": 2})
-                # A job waits and nobody will run it.
+                # A job waits and nobody will run it: /healthz fails, the dashboard says so.
                 assert_error(client.get("/healthz"), 503, "no_worker")
+                page = client.get("/").text
+                assert "0 workers alive" in page and "no worker will run the queued jobs" in page
                 chain = to_bytes(relu_chain(2000))
                 message = assert_error(upload(client, chain), 422, "limit_exceeded")
                 assert "CONVTUNE_MAX_EXTRACT_SECONDS" in message
