@@ -113,10 +113,17 @@ async def store_upload(
             await run_in_threadpool(with_retries, quota, settings.db_busy_retries)
             pending = extractor.inflight.get(upload.sha256)
         if pending is not None:
-            # The same bytes are being extracted for another request: one extraction serves both.
-            await asyncio.shield(pending)
+            # The same bytes are being extracted for another request: one extraction serves both
+            # (and its refusal, an ApiError, is this request's too).
+            try:
+                await asyncio.shield(pending)
+            except ApiError:
+                raise
+            except BaseException:
+                raise _interrupted() from None
             known = await run_in_threadpool(_known, sessions, settings, upload, shapes)
-            assert known is not None
+            if known is None:
+                raise _interrupted()
             return known, False
         # No await between the check above and here: extract() registers itself in inflight.
         dest = stored_path(settings, upload.sha256)
@@ -138,6 +145,15 @@ async def store_upload(
         return model_id, True
     finally:
         upload.discard()
+
+
+def _interrupted() -> ApiError:
+    return ApiError(
+        503,
+        "extraction_interrupted",
+        "the concurrent upload of these bytes did not finish; send it again",
+        {"Retry-After": "1"},
+    )
 
 
 def _check_same_shapes(
