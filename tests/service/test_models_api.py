@@ -146,6 +146,9 @@ def test_input_shapes_pin_a_dynamic_batch(client):
     data = to_bytes(conv_net(batch="N", seed=106))
     refused = upload(client, data)
     assert_error(refused, 400, "invalid_model")
+    # An HTTP client is pointed at its form field, not at the CLI's flag.
+    message = refused.json()["error"]["message"]
+    assert "input_shapes x=1,3,16,16" in message and "--input-shape" not in message
     pinned = upload(client, data, input_shapes="x=1,3,16,16")
     assert pinned.status_code == 201, pinned.text
     assert pinned.json()["inputs"][0]["shape"] == [1, 3, 16, 16]
