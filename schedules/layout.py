@@ -1,29 +1,695 @@
-"""Graph-level blocked layout: convolutions in NCHW[x]c, as in NeoCPU (ATC'19).
+"""Graph-level blocked layout: convolutions in NCHW[x]c, planned per convolution (NeoCPU, ATC'19).
 
-``ConvertLayout`` rewrites every conv2d whose channel counts are multiples of ``x`` to
-``NCHW{x}c`` data and ``OIHW{x}i{x}o`` weights, and propagates the layout through the elementwise
-ops between convolutions, so a tensor stays blocked from one convolution to the next and is
-transformed back only where a layout-sensitive op needs NCHW. The weight transforms act on
-constants: ``FoldConstant`` packs the weights once, at build time. Convolutions whose channels do
-not divide (an RGB input layer, depthwise ones) stay in NCHW.
+Relax's ``ConvertLayout`` is all-or-nothing and crashes on common graphs (``Expected nested to
+match tuple`` on Concat/Split tuples: SqueezeNet, Inception, VGG19, AlexNet; ``Invalid SLayout``
+on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a model:
 
-TVM's own legalization refuses blocked layouts, so the blocked conv2d is lowered here with TOPI's
-``conv2d_NCHWc`` compute; MetaSchedule then tiles that loop nest, whose innermost output-channel
-axis is exactly one vector register wide.
+- each ``conv2d`` is decided alone: blocked (``NCHW{x}c`` data, ``OIHW{x}i{x}o`` weights, x = the
+  target's fp32 lanes) when its input and output channels per group divide by x; a depthwise
+  conv of x-divisible channels runs blocked too (``depthwise_conv.py``), and a conv with fewer
+  input channels than a block (the RGB stem) reads NCHW and writes blocked (``stem_conv.py``).
+  Otherwise (odd channel counts) it stays NCHW and ``LayoutPlan.convs`` says why: padding
+  channels up to a block would only compute zeros;
+- a blocked result stays blocked through the ops that can carry it: elementwise unary ops,
+  binary ops with a same-shape blocked operand or a per-channel/scalar constant (bias, folded
+  BatchNorm, residual add, SiLU/HardSwish arithmetic), max/avg pooling (ceil_mode and
+  count_include_pad included), the spatial mean of GlobalAveragePool, Concat and Split along
+  channels when every piece is a whole number of blocks, Resize, Dropout;
+- any other op gets its operands back in NCHW through one ``layout_transform`` per tensor
+  (cached: a tensor read by several NCHW ops is transformed once). So the graph becomes blocked
+  islands with transforms only at their edges, and an op the pass does not know merely costs a
+  transform.
+
+Weight and constant layouts are rearranged with numpy here, so no transform of a weight ever
+reaches the compiled model. TVM's own legalization refuses blocked conv layouts, so the blocked
+conv2d is lowered with TOPI's ``conv2d_NCHWc`` compute; MetaSchedule then tiles that loop nest,
+whose innermost output-channel axis is exactly one vector register wide.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tvm
 from tvm import relax, topi
 from tvm.ir import IRModule, Op
+from tvm.ir.expr import GenericConst
 from tvm.relax import BlockBuilder, Call, Expr
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
 from . import stem_conv
-from .depthwise_conv import is_blocked_depthwise_call, legalize_depthwise_conv2d
+from .depthwise_conv import (
+    blocked_depthwise_conv2d,
+    is_blockable_depthwise,
+    is_blocked_depthwise_call,
+    legalize_depthwise_conv2d,
+)
 from .isa import vector_lanes
 
 _CONV2D = Op.get("relax.nn.conv2d")
+_LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
+
+#: Ops whose only tensor operand may be in any layout: they act element by element.
+_UNARY = frozenset(
+    f"relax.{name}"
+    for name in (
+        "nn.relu",
+        "nn.silu",
+        "nn.gelu",
+        "nn.gelu_tanh",
+        "nn.leakyrelu",
+        "nn.softplus",
+        "clip",
+        "sigmoid",
+        "tanh",
+        "exp",
+        "sqrt",
+        "rsqrt",
+        "negative",
+        "abs",
+        "erf",
+        "log",
+        "square",
+        "round",
+        "floor",
+        "ceil",
+        "astype",
+    )
+)
+#: Broadcasting binary ops: blocked when the other operand is blocked too, or a constant that
+#: is a scalar or varies only along channels.
+_BINARY = frozenset(
+    f"relax.{name}"
+    for name in (
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "maximum",
+        "minimum",
+        "power",
+    )
+)
+#: Pre-legalized scalar bounds the ONNX frontend emits for Clip, by PrimFunc name.
+_SCALAR_TIR = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
+_POOL2D = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
+
+
+@dataclass
+class ConvLayout:
+    """How one conv2d of the model (in graph order) is compiled, and why."""
+
+    index: int
+    layout: str
+    in_channels: int
+    out_channels: int
+    groups: int
+    reason: str = ""
+
+    @property
+    def blocked(self) -> bool:
+        return self.layout != "NCHW"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "layout": self.layout,
+            "in_channels": self.in_channels,
+            "out_channels": self.out_channels,
+            "groups": self.groups,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class LayoutPlan:
+    """What the blocked-layout pass did to a model: per conv its layout, and the transforms left."""
+
+    lanes: int
+    convs: list[ConvLayout] = field(default_factory=list)
+    #: ``layout_transform`` calls on activations at run time (island edges).
+    transforms: int = 0
+    #: Why a broader fallback happened (whole model NCHW), empty when none did.
+    fallback: str = ""
+    #: Convs the caller forced to NCHW after a failure, with the failure text.
+    forced_nchw: dict[int, str] = field(default_factory=dict)
+    #: The conv (graph order) whose rewrite raised, and what it raised.
+    failure: tuple[int, BaseException] | None = field(default=None, repr=False)
+
+    @property
+    def blocked_convs(self) -> int:
+        return sum(c.blocked for c in self.convs)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lanes": self.lanes,
+            "blocked_convs": self.blocked_convs,
+            "nchw_convs": len(self.convs) - self.blocked_convs,
+            "transforms": self.transforms,
+            "fallback": self.fallback,
+            "convs": [c.as_dict() for c in self.convs],
+        }
+
+
+class ConvBlockingError(RuntimeError):
+    """Blocking conv2d number ``index`` (graph order) failed; the caller may retry without it."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(f"conv2d #{index}: {_first_line(cause)}")
+        self.index = index
+        self.cause = cause
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _shape(expr: Expr) -> tuple[int, ...] | None:
+    """Static shape of a tensor expression, None when unknown or symbolic."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, AttributeError):
+        return None
+
+
+def _to_blocked(lanes: int) -> Callable[..., tuple[Any, ...]]:
+    return lambda n, c, h, w: (n, c // lanes, h, w, c % lanes)
+
+
+def _to_nchw(lanes: int) -> Callable[..., tuple[Any, ...]]:
+    return lambda n, c, h, w, b: (n, c * lanes + b, h, w)
+
+
+def block_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
+    """OIHW → OIHW{x}i{x}o: (O/x, I/x, H, W, x_in, x_out)."""
+    o, i, h, w = weight.shape
+    return np.ascontiguousarray(
+        weight.reshape(o // lanes, lanes, i // lanes, lanes, h, w).transpose(0, 2, 4, 5, 3, 1)
+    )
+
+
+def _block_constant(value: np.ndarray, channels: int, lanes: int) -> np.ndarray | None:
+    """A constant broadcast against an NCHW tensor of ``channels``, rearranged to broadcast
+    against its NCHW{x}c form; None if it varies along an axis that cannot be carried."""
+    if value.ndim == 0 or value.size == 1:
+        return value.reshape(()) if value.ndim == 0 else value.reshape((1,) * 5)
+    if value.ndim > 4:
+        return None
+    v4 = value.reshape((1,) * (4 - value.ndim) + value.shape)
+    n, c, h, w = v4.shape
+    if c == channels:
+        return np.ascontiguousarray(v4.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2))
+    if c == 1:
+        return v4.reshape(n, 1, h, w, 1)
+    return None
+
+
+@dataclass
+class _Blocked:
+    """A tensor held in NCHW{x}c: the new variable and its NCHW channel count."""
+
+    var: relax.Var
+    channels: int
+
+
+@mutator
+class _BlockingMutator(PyExprMutator):
+    """Rewrites one Relax function; see the module docstring for the rules."""
+
+    def __init__(self, mod: IRModule, plan: LayoutPlan, forced_nchw: frozenset[int]) -> None:
+        super().__init__(mod)
+        self.plan = plan
+        self.lanes = plan.lanes
+        self.forced_nchw = forced_nchw
+        # old var -> its blocked version (that var has NO NCHW binding until one is needed)
+        self.blocked: dict[relax.Var, _Blocked] = {}
+        # old var bound to a tuple of blocked tensors (a Split) -> new tuple var, channels
+        self.blocked_tuples: dict[relax.Var, tuple[relax.Var, list[int]]] = {}
+        self.nchw_cache: dict[relax.Var, relax.Var] = {}
+        self.block_cache: dict[relax.Var, relax.Var] = {}
+        self.conv_count = 0
+
+    # --- layout materialization -----------------------------------------------------------------
+
+    def _nchw(self, var: relax.Var) -> Expr:
+        """The NCHW value of an old var that was only computed blocked (one transform, cached)."""
+        cached = self.nchw_cache.get(var)
+        if cached is not None:
+            return cached
+        if var in self.blocked:
+            new = self.builder_.emit(
+                relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.lanes)),
+                name_hint=f"{var.name}_nchw",
+            )
+        else:
+            tup, _ = self.blocked_tuples[var]
+            count = len(tup.ty.fields)
+            items = [
+                self.builder_.emit(
+                    relax.op.layout_transform(relax.TupleGetItem(tup, i), _to_nchw(self.lanes))
+                )
+                for i in range(count)
+            ]
+            new = self.builder_.emit(relax.Tuple(items), name_hint=f"{var.name}_nchw")
+        self.nchw_cache[var] = new
+        return new
+
+    def visit_var_(self, var: relax.Var) -> Expr:
+        if var in self.blocked or var in self.blocked_tuples:
+            return self._nchw(var)
+        return super().visit_var_(var)
+
+    def visit_dataflow_var_(self, var: relax.DataflowVar) -> Expr:
+        if var in self.blocked or var in self.blocked_tuples:
+            return self._nchw(var)
+        return super().visit_dataflow_var_(var)
+
+    def _as_blocked(self, expr: Expr) -> _Blocked | None:
+        """``expr`` (an old var) in blocked form: existing, or transformed once if it is a 4-D
+        tensor whose channels divide by the lanes; None otherwise."""
+        if isinstance(expr, relax.Var) and expr in self.blocked:
+            return self.blocked[expr]
+        shape = _shape(expr)
+        if shape is None or len(shape) != 4 or shape[1] % self.lanes:
+            return None
+        if isinstance(expr, GenericConst):
+            data = _block_constant(expr.value.numpy(), shape[1], self.lanes)
+            assert data is not None
+            return _Blocked(relax.const(data, str(expr.ty.dtype)), shape[1])
+        if not isinstance(expr, relax.Var):
+            return None
+        cached = self.block_cache.get(expr)
+        if cached is None:
+            cached = self.builder_.emit(
+                relax.op.layout_transform(self.visit_expr(expr), _to_blocked(self.lanes)),
+                name_hint=f"{expr.name}_blocked",
+            )
+            self.block_cache[expr] = cached
+        return _Blocked(cached, shape[1])
+
+    # --- bindings -------------------------------------------------------------------------------
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value, var = binding.value, binding.var
+        is_call = isinstance(value, Call) and isinstance(value.op, Op)
+        if is_call and self._rewrite_call(var, value):
+            if not isinstance(var, relax.DataflowVar):
+                # A function output is NCHW: the blocked value is transformed back into it.
+                back = relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.lanes))
+                emit = (
+                    self.builder_.emit_output
+                    if self.builder_.current_block_is_dataflow()
+                    else self.builder_.emit
+                )
+                self.nchw_cache[var] = emit(back, name_hint=var.name)
+            return
+        if (
+            isinstance(var, relax.DataflowVar)
+            and isinstance(value, relax.TupleGetItem)
+            and value.tuple_value in self.blocked_tuples
+        ):
+            tup, channels = self.blocked_tuples[value.tuple_value]
+            new = self.builder_.emit(relax.TupleGetItem(tup, value.index), name_hint=var.name)
+            self.blocked[var] = _Blocked(new, channels[value.index])
+            return
+        super().visit_var_binding_(binding)
+
+    def _rewrite_call(self, var: relax.Var, call: Call) -> bool | None:
+        name = call.op.name
+        if name == "relax.call_tir":
+            return self._scalar_call_tir(var, call)
+        if name == "relax.nn.conv2d":
+            return self._conv2d(var, call)
+        if not any(isinstance(a, relax.Var) and a in self.blocked for a in _tensor_args(call)):
+            return None
+        if not isinstance(var, relax.DataflowVar) and name in ("relax.split", "relax.nn.dropout"):
+            return None  # a tuple output: left as is
+        return self._carry(var, call, name)
+
+    def _scalar_call_tir(self, var: relax.Var, call: Call) -> bool | None:
+        """``call_tir(maximum|minimum, (x, scalar))``: the frontend's Clip with constant bounds
+        (ReLU6), emitted pre-legalized; as the Relax op it carries the blocked layout."""
+        func, args = call.args[0], call.args[1]
+        if not isinstance(func, tvm.ir.GlobalVar) or not isinstance(args, relax.Tuple):
+            return None
+        op = _SCALAR_TIR.get(func.name_hint.rstrip("0123456789_"))
+        if op is None or len(args.fields) != 2:
+            return None
+        x, bound = args.fields
+        if not isinstance(x, relax.Var) or x not in self.blocked:
+            return None
+        if not isinstance(bound, GenericConst) or _shape(bound) != () or _shape(call) != _shape(x):
+            return None
+        src = self.blocked[x]
+        return self._emit_blocked(var, op(src.var, bound), src.channels)
+
+    def _emit_blocked(self, var: relax.Var, expr: Expr, channels: int) -> bool:
+        new = self.builder_.emit(expr, name_hint=var.name)
+        self.blocked[var] = _Blocked(new, channels)
+        return True
+
+    def _conv2d(self, var: relax.Var, call: Call) -> bool | None:
+        index = self.conv_count
+        self.conv_count += 1
+        x_shape, w_shape = _shape(call.args[0]), _shape(call.args[1])
+        groups = int(call.attrs.groups)
+        entry = ConvLayout(
+            index=index,
+            layout="NCHW",
+            in_channels=x_shape[1] if x_shape else 0,
+            out_channels=w_shape[0] if w_shape else 0,
+            groups=groups,
+        )
+        self.plan.convs.append(entry)
+        kind, reason = self._conv_kind(call, x_shape, w_shape, groups)
+        if kind is not None and index in self.forced_nchw:
+            kind, reason = None, f"kept NCHW after a failure: {self.plan.forced_nchw[index]}"
+        if kind is None:
+            entry.reason = reason
+            return None
+        try:
+            self._emit_blocked_conv(var, call, kind)
+        except Exception as exc:  # an op the struct-info inference refuses: this conv only
+            # Raised through TVM's FFI, which rewraps it: the plan keeps the identity.
+            self.plan.failure = (index, exc)
+            raise
+        blocked = f"NCHW{self.lanes}c"
+        entry.layout = f"NCHW→{blocked}" if kind == "stem" else blocked
+        entry.reason = reason
+        return True
+
+    def _conv_kind(
+        self,
+        call: Call,
+        x_shape: tuple[int, ...] | None,
+        w_shape: tuple[int, ...] | None,
+        groups: int,
+    ) -> tuple[str | None, str]:
+        """How a conv is compiled: ``dense`` / ``depthwise`` (blocked in and out), ``stem``
+        (NCHW in, blocked out: fewer input channels than a block), or None and why NCHW."""
+        attrs = call.attrs
+        lanes = self.lanes
+        if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
+            return None, f"already {attrs.data_layout}"
+        if x_shape is None or w_shape is None:
+            return None, "dynamic shape"
+        constant = isinstance(call.args[1], GenericConst)
+        if groups != 1 and groups == x_shape[1] and w_shape[1] == 1:
+            if constant and is_blockable_depthwise(x_shape, w_shape, groups, lanes):
+                return "depthwise", "depthwise kernel (schedules/depthwise_conv.py)"
+            return None, f"depthwise conv of {x_shape[1]} channels, not a multiple of {lanes}"
+        if constant and stem_conv.blocks_output_only(x_shape[1], w_shape[0], groups, lanes):
+            return "stem", f"{x_shape[1]} input channels: NCHW in, blocked out (stem kernel)"
+        if (x_shape[1] // groups) % lanes or (w_shape[0] // groups) % lanes:
+            per_group = f" per group (groups={groups})" if groups != 1 else ""
+            return None, (
+                f"channels {x_shape[1] // groups}→{w_shape[0] // groups}{per_group} "
+                f"not multiples of {lanes} (padding them would compute zeros)"
+            )
+        return "dense", ""
+
+    def _emit_blocked_conv(self, var: relax.Var, call: Call, kind: str) -> None:
+        attrs = call.attrs
+        out_shape = _shape(call)
+        assert out_shape is not None
+        weight = call.args[1]
+        if kind == "stem":
+            expr = stem_conv.output_blocked_conv(
+                self.visit_expr(call.args[0]), weight.value.numpy(), attrs, self.lanes
+            )
+            self._emit_blocked(var, expr, out_shape[1])
+            return
+        data = self._as_blocked(call.args[0])
+        assert data is not None
+        if kind == "depthwise":
+            expr = blocked_depthwise_conv2d(data.var, weight.value.numpy(), attrs, self.lanes)
+            self._emit_blocked(var, expr, out_shape[1])
+            return
+        if isinstance(weight, GenericConst):
+            packed: Expr = relax.const(
+                block_weight(weight.value.numpy(), self.lanes), str(weight.ty.dtype)
+            )
+        else:
+            lanes = self.lanes
+            packed = self.builder_.emit(
+                relax.op.layout_transform(
+                    self.visit_expr(weight),
+                    lambda o, i, h, w: (o // lanes, i // lanes, h, w, i % lanes, o % lanes),
+                )
+            )
+        dense = relax.op.nn.conv2d(
+            data.var,
+            packed,
+            strides=attrs.strides,
+            padding=attrs.padding,
+            dilation=attrs.dilation,
+            groups=int(attrs.groups),
+            data_layout=f"NCHW{self.lanes}c",
+            kernel_layout=f"OIHW{self.lanes}i{self.lanes}o",
+            out_layout=f"NCHW{self.lanes}c",
+            out_dtype=_dtype_or_none(attrs.out_dtype),
+        )
+        self._emit_blocked(var, dense, out_shape[1])
+
+    def _carry(self, var: relax.Var, call: Call, name: str) -> bool | None:
+        """Emit ``call`` on blocked operands if its op can carry the layout; None otherwise."""
+        out_shape = _shape(call)
+        args = call.args
+        lanes = self.lanes
+        if name == "relax.nn.dropout":
+            # (output, mask), both shaped like the input; the identity at inference.
+            src = self.blocked[args[0]]
+            new = self.builder_.emit(relax.Call(call.op, [src.var], call.attrs), name_hint=var.name)
+            self.blocked_tuples[var] = (new, [src.channels, src.channels])
+            return True
+        if name in _UNARY:
+            unary = self.blocked.get(args[0]) if isinstance(args[0], relax.Var) else None
+            if unary is None or out_shape is None or len(out_shape) != 4:
+                return None
+            new_call = relax.Call(call.op, [unary.var, *args[1:]], call.attrs, call.ty_args)
+            return self._emit_blocked(var, new_call, unary.channels)
+        if name in _BINARY:
+            if out_shape is None or len(out_shape) != 4 or out_shape[1] % lanes:
+                return None
+            operands: list[Expr] = []
+            for arg in args:
+                shape = _shape(arg)
+                if isinstance(arg, relax.Var) and arg in self.blocked:
+                    operands.append(self.blocked[arg].var)
+                elif isinstance(arg, GenericConst):
+                    data = _block_constant(arg.value.numpy(), out_shape[1], lanes)
+                    if data is None:
+                        return None
+                    operands.append(relax.const(data, str(arg.ty.dtype)))
+                elif shape == out_shape:
+                    blocked = self._as_blocked(arg)
+                    if blocked is None:
+                        return None
+                    operands.append(blocked.var)
+                else:
+                    return None
+            return self._emit_blocked(var, relax.Call(call.op, operands, call.attrs), out_shape[1])
+        if name in _POOL2D:
+            attrs = call.attrs
+            src = self.blocked[args[0]]
+            if str(attrs.layout) != "NCHW" or out_shape is None:
+                return None
+            op = relax.op.nn.max_pool2d if name == "relax.nn.max_pool2d" else relax.op.nn.avg_pool2d
+            expr = op(
+                src.var,
+                pool_size=attrs.pool_size,
+                strides=attrs.strides,
+                padding=attrs.padding,
+                dilation=attrs.dilation,
+                ceil_mode=bool(attrs.ceil_mode),
+                count_include_pad=bool(attrs.count_include_pad),
+                layout=f"NCHW{lanes}c",
+                out_layout=f"NCHW{lanes}c",
+            )
+            return self._emit_blocked(var, expr, src.channels)
+        if name == "relax.nn.adaptive_avg_pool2d":
+            attrs = call.attrs
+            src = self.blocked[args[0]]
+            if str(attrs.layout) != "NCHW":
+                return None
+            expr = relax.op.nn.adaptive_avg_pool2d(
+                src.var,
+                output_size=attrs.output_size,
+                layout=f"NCHW{lanes}c",
+                out_layout=f"NCHW{lanes}c",
+            )
+            return self._emit_blocked(var, expr, src.channels)
+        if name in ("relax.mean", "relax.max", "relax.sum"):
+            # GlobalAveragePool/-MaxPool: a keepdims reduction over H and W.
+            attrs = call.attrs
+            axes = sorted(int(a) % 4 for a in (attrs.axis or []))
+            if axes != [2, 3] or not bool(attrs.keepdims):
+                return None
+            src = self.blocked[args[0]]
+            reduce = {"relax.mean": relax.op.mean, "relax.max": relax.op.max}.get(
+                name, relax.op.sum
+            )
+            return self._emit_blocked(
+                var, reduce(src.var, axis=[2, 3], keepdims=True), src.channels
+            )
+        if name == "relax.image.resize2d":
+            attrs = call.attrs
+            src = self.blocked[args[0]]
+            if str(attrs.layout) != "NCHW":
+                return None
+            expr = relax.op.image.resize2d(
+                src.var,
+                args[1],
+                roi=[float(v) for v in attrs.roi],
+                layout=f"NCHW{lanes}c",
+                method=str(attrs.method),
+                coordinate_transformation_mode=str(attrs.coordinate_transformation_mode),
+                rounding_method=str(attrs.rounding_method),
+                cubic_alpha=float(attrs.cubic_alpha),
+                cubic_exclude=int(attrs.cubic_exclude),
+                extrapolation_value=float(attrs.extrapolation_value),
+                out_dtype=_dtype_or_none(attrs.out_dtype),
+            )
+            return self._emit_blocked(var, expr, src.channels)
+        if name == "relax.concat":
+            return self._concat(var, call, out_shape)
+        if name == "relax.split":
+            return self._split(var, call)
+        if name == "relax.strided_slice":
+            return self._slice(var, call, out_shape)
+        return None
+
+    def _concat(self, var: relax.Var, call: Call, out_shape: tuple[int, ...] | None) -> bool | None:
+        tensors = call.args[0]
+        if not isinstance(tensors, relax.Tuple) or out_shape is None or len(out_shape) != 4:
+            return None
+        if int(call.attrs.axis) % 4 != 1:
+            return None
+        parts = []
+        for item in tensors.fields:
+            blocked = self._as_blocked(item)
+            if blocked is None:
+                return None
+            parts.append(blocked.var)
+        return self._emit_blocked(var, relax.op.concat(parts, axis=1), out_shape[1])
+
+    def _split(self, var: relax.Var, call: Call) -> bool | None:
+        attrs = call.attrs
+        src = self.blocked[call.args[0]]
+        if int(attrs.axis) % 4 != 1:
+            return None
+        fields = call.ty.fields
+        sizes = [_shape(relax.Var("f", f)) for f in fields]
+        if any(s is None or s[1] % self.lanes for s in sizes):
+            return None
+        channels = [s[1] for s in sizes if s is not None]
+        indices = list(np.cumsum(channels)[:-1] // self.lanes)
+        new = self.builder_.emit(
+            relax.op.split(src.var, [int(i) for i in indices], axis=1),
+            name_hint=var.name,
+        )
+        self.blocked_tuples[var] = (new, channels)
+        return True
+
+    def _slice(self, var: relax.Var, call: Call, out_shape: tuple[int, ...] | None) -> bool | None:
+        src = self.blocked[call.args[0]]
+        if out_shape is None or len(out_shape) != 4:
+            return None
+        try:
+            axes = [a % 4 for a in _ints_of(call.args[1])]
+            begin = _ints_of(call.args[2])
+            end = _ints_of(call.args[3])
+            strides = _ints_of(call.args[4]) if len(call.args) > 4 else [1] * len(axes)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        lanes = self.lanes
+        new_begin, new_end = [], []
+        for axis, b, e, s in zip(axes, begin, end, strides, strict=True):
+            if axis == 0:
+                return None
+            if axis == 1:
+                e = min(e, src.channels)
+                if s != 1 or b < 0 or b % lanes or e % lanes:
+                    return None
+                b, e = b // lanes, e // lanes
+            new_begin.append(b)
+            new_end.append(e)
+        expr = relax.op.strided_slice(
+            src.var, axes, new_begin, new_end, strides, assume_inbound=False
+        )
+        return self._emit_blocked(var, expr, out_shape[1])
+
+
+def _dtype_or_none(dtype: object) -> str | None:
+    text = str(dtype)
+    return None if text in ("", "None", "void") else text
+
+
+def _ints_of(expr: Expr) -> list[int]:
+    """Integers of a static tuple/shape argument (strided_slice axes, begin, end, strides)."""
+    if isinstance(expr, relax.ShapeExpr):
+        return [int(v) for v in expr.values]
+    return [int(f.value) for f in expr.fields]
+
+
+def _tensor_args(call: Call) -> list[Expr]:
+    args: list[Expr] = []
+    for arg in call.args:
+        if isinstance(arg, relax.Tuple):
+            args.extend(arg.fields)
+        else:
+            args.append(arg)
+    return args
+
+
+def _count_transforms(func: relax.Function) -> int:
+    count = 0
+
+    def visit(expr: Expr) -> None:
+        nonlocal count
+        if isinstance(expr, Call) and expr.op == _LAYOUT_TRANSFORM:
+            count += 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return count
+
+
+def plan_blocked_layout(
+    mod: IRModule,
+    target: Target,
+    forced_nchw: dict[int, str] | None = None,
+) -> tuple[IRModule, LayoutPlan]:
+    """``mod`` with its blockable convolutions in ``NCHW{x}c``, not yet legalized, and the plan.
+
+    ``forced_nchw`` keeps the listed convs (graph order) NCHW with the given reason. Raises
+    ``ConvBlockingError`` naming the conv whose rewrite failed; callers retry without it.
+    """
+    plan = LayoutPlan(lanes=vector_lanes(target), forced_nchw=dict(forced_nchw or {}))
+    rewriter = _BlockingMutator(mod, plan, frozenset(plan.forced_nchw))
+    try:
+        for gv, func in mod.functions.items():
+            if isinstance(func, relax.Function):
+                new_func = rewriter.visit_expr(func)
+                rewriter.builder_.update_func(gv, new_func)
+    except Exception:
+        if plan.failure is not None:
+            raise ConvBlockingError(*plan.failure) from None
+        raise
+    out = rewriter.builder_.get()
+    out = relax.transform.DeadCodeElimination()(out)
+    plan.transforms = sum(
+        _count_transforms(f) for f in out.functions.values() if isinstance(f, relax.Function)
+    )
+    return out, plan
 
 
 def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
@@ -51,12 +717,26 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     )
 
 
-def blocked_layout(mod: IRModule, target: Target) -> IRModule:
-    """The model with its convolutions in ``NCHW{x}c`` (x = the target's fp32 lanes), legalized."""
-    lanes = vector_lanes(target)
-    mod = relax.transform.ConvertLayout(
-        {"relax.nn.conv2d": [f"NCHW{lanes}c", f"OIHW{lanes}i{lanes}o"]}
-    )(mod)
-    mod = stem_conv.block_outputs(mod, lanes)
+def legalize(mod: IRModule, target: Target) -> IRModule:
+    """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``."""
     with target:
         return relax.transform.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d})(mod)
+
+
+def blocked_layout(
+    mod: IRModule, target: Target, forced_nchw: dict[int, str] | None = None
+) -> tuple[IRModule, LayoutPlan]:
+    """The model with its convolutions in ``NCHW{x}c`` (x = the target's fp32 lanes), legalized."""
+    out, plan = plan_blocked_layout(mod, target, forced_nchw)
+    return legalize(out, target), plan
+
+
+__all__ = [
+    "ConvBlockingError",
+    "ConvLayout",
+    "LayoutPlan",
+    "block_weight",
+    "blocked_layout",
+    "legalize",
+    "plan_blocked_layout",
+]

@@ -66,13 +66,15 @@ def workloads(
         from convtune.tuner.target import make_target
 
         ingested = load_ingested(model, input_shape)
-        _, tasks = extract_tasks(ingested, make_target(target))
+        relax_model, tasks = extract_tasks(ingested, make_target(target))
     rows = [task.as_dict() for task in tasks]
+    layout = relax_model.layout_summary()
     if as_json:
-        print(json.dumps({"model": ingested.name, "sha256": ingested.sha256, "workloads": rows}))
+        document = {"model": ingested.name, "sha256": ingested.sha256, "workloads": rows}
+        print(json.dumps({**document, "layout": layout}))
         return
     table = Table(title=f"{ingested.name}: {len(rows)} tasks", title_justify="left")
-    for column in ("#", "kind", "op", "shape", "ONNX nodes", "×", "MFLOP", "task"):
+    for column in ("#", "kind", "op", "shape", "layout", "ONNX nodes", "×", "MFLOP", "task"):
         table.add_column(column, justify="right" if column in ("#", "×", "MFLOP") else "left")
     for row in sorted(rows, key=lambda r: (r["kind"] == "other", -r["flops"] * r["occurrences"])):
         table.add_row(
@@ -80,12 +82,25 @@ def workloads(
             row["kind"],
             row["op"] or "-",
             row["shape"],
+            row["description"].get("layout", "-"),
             _nodes_text(row["onnx_nodes"]),
             str(row["occurrences"]),
             f"{row['flops'] / 1e6:.1f}",
             row["task"],
         )
     Console().print(table)
+    _print_layout(layout)
+
+
+def _print_layout(layout: dict[str, Any]) -> None:
+    """One line on the blocked layout, then one warning per fallback taken."""
+    if "convs" in layout:
+        console.print(
+            f"layout: {layout['blocked_convs']} of {len(layout['convs'])} convs blocked "
+            f"(NCHW{layout['lanes']}c), {layout['transforms']} layout transforms"
+        )
+    for message in layout["fallbacks"]:
+        console.print(f"[yellow]warning:[/] {message}")
 
 
 def _nodes_text(nodes: list[str], limit: int = 3) -> str:
@@ -202,6 +217,7 @@ def tune(
         f"{result.search.trials_measured} trials measured, matches onnxruntime "
         f"(max abs err {verification['max_abs_err']:.2g})"
     )
+    _print_layout(result.manifest["layout_plan"])
     if result.manifest["untuned_tasks"]:
         console.print(
             f"[yellow]warning:[/] {len(result.manifest['untuned_tasks'])} task(s) have no "

@@ -25,7 +25,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from convtune.schedules.layout import blocked_layout
+from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_layout
 
 from .errors import UnsupportedOpError
 from .flops import node_flops, node_key, static_shapes
@@ -37,9 +37,21 @@ ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul":
 
 @dataclass(frozen=True)
 class RelaxModel:
-    """The model as Relax, its weights embedded as constants (folded and packed at build time)."""
+    """The model as Relax, its weights embedded as constants (folded and packed at build time).
+
+    ``plan`` says how each conv2d is laid out (None: plain NCHW asked for); ``fallbacks`` holds one
+    line per fallback taken on the way (a conv kept NCHW, or the whole model), for the user.
+    """
 
     mod: IRModule
+    plan: LayoutPlan | None = None
+    fallbacks: tuple[str, ...] = ()
+
+    def layout_summary(self) -> dict[str, Any]:
+        """What the manifest and the CLI report: per conv its layout, per model the transforms."""
+        if self.plan is None:
+            return {"layout": "nchw", "transforms": 0, "fallbacks": list(self.fallbacks)}
+        return {**self.plan.as_dict(), "fallbacks": list(self.fallbacks)}
 
 
 @dataclass
@@ -114,7 +126,13 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
     # Folding the scaled weights to constants here also keeps ConvertLayout (schedules/layout.py)
     # away from the weight arithmetic, which it cannot convert (it crashes).
-    folded = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+    # A BatchNorm that follows no conv (DenseNet's pre-activation ones) becomes a per-channel
+    # multiply-add of constants, which the blocked layout carries (batch_norm it cannot).
+    folded = relax.transform.FoldConstant()(
+        relax.transform.DecomposeOpsForInference()(
+            relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+        )
+    )
     return RelaxModel(mod=folded)
 
 
@@ -254,15 +272,64 @@ def _onnx_anchor(
     return None
 
 
+def conv_node_names(model: onnx.ModelProto) -> list[str]:
+    """Names of the 2-D Conv nodes in graph order: the frontend emits their conv2d in this order,
+    which is how ``LayoutPlan.convs`` (Relax order) is tied back to ONNX nodes."""
+    shapes = static_shapes(model)
+    names = []
+    for position, node in enumerate(model.graph.node):
+        if node.op_type == "Conv" and len(shapes.get(node.input[1], ())) == 4:
+            names.append(node_key(node, position))
+    return names
+
+
+def _conv_label(names: list[str], index: int) -> str:
+    return f"Conv {names[index]!r}" if index < len(names) else f"conv2d #{index}"
+
+
+#: Convs kept NCHW one by one before the whole model falls back.
+_MAX_CONV_RETRIES = 8
+
+
 def model_for_target(
     ingested: IngestedModel, target: Target, layout: Layout = DEFAULT_LAYOUT
 ) -> RelaxModel:
     """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
-    convolutions in the blocked layout (schedules/layout.py)."""
+    convolutions in the blocked layout (schedules/layout.py).
+
+    The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
+    other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
+    """
     relax_model = to_relax(ingested)
-    if Layout.parse(layout) is Layout.NCHWC:
-        return RelaxModel(mod=blocked_layout(relax_model.mod, target))
-    return relax_model
+    if Layout.parse(layout) is not Layout.NCHWC:
+        return relax_model
+    names = conv_node_names(ingested.model)
+    forced: dict[int, str] = {}
+    fallbacks: list[str] = []
+    while True:
+        try:
+            mod, plan = blocked_layout(relax_model.mod, target, forced)
+            return RelaxModel(mod=mod, plan=plan, fallbacks=tuple(fallbacks))
+        except ConvBlockingError as exc:
+            if exc.index in forced or len(forced) >= _MAX_CONV_RETRIES:
+                failure = str(exc)
+                break
+            forced[exc.index] = _first_line(exc.cause)
+            fallbacks.append(
+                f"{_conv_label(names, exc.index)} kept in NCHW: blocking it failed "
+                f"({_first_line(exc.cause)})"
+            )
+        except Exception as exc:  # a TVM failure must never reach the user as a traceback
+            failure = _first_line(exc)
+            break
+    return nchw_fallback(relax_model, fallbacks, f"the blocked layout pass failed: {failure}")
+
+
+def nchw_fallback(relax_model: RelaxModel, fallbacks: list[str], why: str) -> RelaxModel:
+    """The whole model in plain NCHW, with the reason recorded for the user."""
+    message = f"whole model compiled in NCHW: {why}"
+    plan = LayoutPlan(lanes=0, fallback=message)
+    return RelaxModel(mod=relax_model.mod, plan=plan, fallbacks=(*fallbacks, message))
 
 
 def extract_tasks(
@@ -270,8 +337,22 @@ def extract_tasks(
 ) -> tuple[RelaxModel, list[ModelTask]]:
     """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
     relax_model = model_for_target(ingested, target, layout)
-    fused = fuse(relax_model)
-    extracted = ms.relax_integration.extract_tasks(fused, target)
+    try:
+        fused = fuse(relax_model)
+        extracted = ms.relax_integration.extract_tasks(fused, target)
+    except Exception as exc:  # never a traceback: the blocked model falls back to NCHW
+        if relax_model.plan is None or relax_model.plan.fallback:
+            raise _compile_error("task extraction", exc) from None
+        relax_model = nchw_fallback(
+            to_relax(ingested),
+            list(relax_model.fallbacks),
+            f"task extraction of the blocked model failed: {_first_line(exc)}",
+        )
+        try:
+            fused = fuse(relax_model)
+            extracted = ms.relax_integration.extract_tasks(fused, target)
+        except Exception as exc2:
+            raise _compile_error("task extraction", exc2) from None
     tasks: list[ModelTask] = []
     for index, ext in enumerate(extracted):
         mod = ext.dispatched[0]
@@ -282,8 +363,21 @@ def extract_tasks(
             flops=float(estimate_tir_flops(mod)),
         )
         tasks.append(task)
-    _link_onnx_nodes(ingested.model, fused, tasks)
+    _link_onnx_nodes(ingested.model, fused, tasks, relax_model.plan)
     return relax_model, tasks
+
+
+def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
+    """``layout`` (and why NCHW, when the blocked layout was asked for) of conv2d ``index``."""
+    if plan is None or plan.fallback or index >= len(plan.convs):
+        return {"layout": "NCHW", "layout_reason": plan.fallback if plan else ""}
+    conv = plan.convs[index]
+    return {"layout": conv.layout, "layout_reason": conv.reason}
+
+
+def _compile_error(stage: str, exc: BaseException) -> UnsupportedOpError:
+    """One line for a TVM failure no fallback could avoid, naming the op where TVM names it."""
+    return UnsupportedOpError(f"TVM could not compile the model ({stage}): {_first_line(exc)}")
 
 
 def tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, ModelTask]:
@@ -298,7 +392,9 @@ def tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, Mode
     return by_func
 
 
-def _link_onnx_nodes(model: onnx.ModelProto, fused: IRModule, tasks: list[ModelTask]) -> None:
+def _link_onnx_nodes(
+    model: onnx.ModelProto, fused: IRModule, tasks: list[ModelTask], plan: LayoutPlan | None
+) -> None:
     by_func = tasks_by_function(fused, tasks)
     sites: list[tuple[str, _Anchor]] = []
     for func_name in _call_sites(fused):
@@ -308,13 +404,20 @@ def _link_onnx_nodes(model: onnx.ModelProto, fused: IRModule, tasks: list[ModelT
             sites.append((func_name, anchor))
     used = [False] * len(sites)
     shapes = static_shapes(model)
+    conv_index = -1
     for position, node in enumerate(model.graph.node):
         if node.op_type not in ANCHOR_OPS:
             continue
+        if node.op_type == "Conv" and len(shapes.get(node.input[1], ())) == 4:
+            conv_index += 1
         found = _onnx_anchor(node, shapes)
         if found is None:
             continue
         anchor, desc = found
+        if node.op_type == "Conv":
+            desc.update(_conv_layout(plan, conv_index))
+        elif node.op_type == "ConvTranspose" and plan is not None:
+            desc.update(layout="NCHW", layout_reason="ConvTranspose is compiled NCHW")
         for i, (func_name, site_anchor) in enumerate(sites):
             if not used[i] and site_anchor == anchor:
                 used[i] = True

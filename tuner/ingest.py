@@ -143,6 +143,7 @@ def load_model(
         # The frontend does not know model-local functions; inlining makes their ops visible.
         model = onnx.inliner.inline_local_functions(model)
     check_supported_ops(model)
+    model = _sums_as_adds(model)
     try:
         folded = fold_constants(model)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as err:
@@ -500,6 +501,35 @@ def _weights_as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.input[:]
     model.graph.input.extend(kept)
     model.ir_version = max(model.ir_version, 4)
+    return model
+
+
+def _sums_as_adds(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rewrite each n-input ``Sum`` of the main graph as a chain of ``Add`` (same broadcasting,
+    same summation order).
+
+    TVM's frontend turns Sum into broadcast_to → stack → sum over a new axis: a 5-D detour that
+    no layout can carry, so the residual Sums of Caffe2 ResNet-50 and ShuffleNet cost two layout
+    transforms each; an Add chain stays blocked (schedules/layout.py).
+    """
+    if not any(
+        node.op_type == "Sum" and node.domain in ("", "ai.onnx") for node in model.graph.node
+    ):
+        return model
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if node.op_type != "Sum" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            nodes.append(node)
+            continue
+        acc = node.input[0]
+        for i, term in enumerate(node.input[1:], start=1):
+            last = i == len(node.input) - 1
+            out = node.output[0] if last else f"{node.output[0]}/sum{i}"
+            name = node.name if last else f"{node.name}/sum{i}"
+            nodes.append(onnx.helper.make_node("Add", [acc, term], [out], name=name))
+            acc = out
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
     return model
 
 

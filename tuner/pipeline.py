@@ -154,9 +154,17 @@ def tune_model(
         layout=options.layout,
     )
     threads = target_threads(prepared.target, options.threads)
+    layout_plan = prepared.relax_model.layout_summary()
     emit(
-        "extracted", {"model_id": prepared.model_id, "tasks": [t.as_dict() for t in prepared.tasks]}
+        "extracted",
+        {
+            "model_id": prepared.model_id,
+            "tasks": [t.as_dict() for t in prepared.tasks],
+            "layout": {k: v for k, v in layout_plan.items() if k != "convs"},
+        },
     )
+    for message in prepared.relax_model.fallbacks:
+        emit("layout_fallback", {"message": message})
     search = run_search(
         prepared.tasks,
         prepared.database,
@@ -204,6 +212,7 @@ def tune_model(
         "target": prepared.target.export(),
         "threads": threads,
         "layout": options.layout.value,
+        "layout_plan": layout_plan,
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},
         "library": {"file": so_path.name, "sha256": file_sha256(so_path)},

@@ -269,6 +269,9 @@ def _layer_row(
         "op": mw.op if mw.kind != "other" and mw.op else _fused_label(task),
         "kind": mw.kind,
         "shape": str(mw.description.get("shape", "")),
+        # Convs only: "NCHW16c" when blocked (schedules/layout.py), else "NCHW" and why.
+        "layout": str(mw.description.get("layout", "")),
+        "layout_reason": str(mw.description.get("layout_reason", "")),
         "flops": mw.flops,
         "occurrences": mw.occurrences,
         "trials": stat.trials,

@@ -1,0 +1,397 @@
+"""The per-conv blocked layout (schedules/layout.py) on the ops real CNNs put between convs.
+
+Each graph is a small conv → op → conv neighbourhood built with ``onnx.helper``; it is compiled
+untuned in the default (blocked) layout and must compute what onnxruntime computes. The plan must
+block the convs that can be blocked and leave only the layout transforms the op needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from tvm.s_tir import meta_schedule as ms
+
+from convtune.tuner.extract import extract_tasks, model_for_target
+from convtune.tuner.ingest import load_model
+from convtune.tuner.library import build_library
+from convtune.tuner.runtime import Artifact
+from convtune.tuner.target import make_target
+from convtune.tuner.verify import compare
+from tests import models
+
+LANES = 16  # the test machines are AVX-512; an AVX2 host blocks by 8 and still passes
+
+
+class Net:
+    """A graph under construction: seeded weights, auto-named nodes, ``x[1,C,S,S]`` input."""
+
+    def __init__(self, channels: int = 16, size: int = 8, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.input_shape = [1, channels, size, size]
+        self.count = 0
+
+    def _name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def const(self, array: np.ndarray) -> str:
+        name = self._name("k")
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attrs) -> str | list[str]:
+        name = self._name(op_type.lower())
+        outs = [f"{name}_out{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name, **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        kernel: int = 3,
+        *,
+        stride: int = 1,
+        group: int = 1,
+        act: str | None = "Relu",
+    ) -> str:
+        fan_in = cin // group * kernel * kernel
+        w = (
+            self.rng.standard_normal((cout, cin // group, kernel, kernel)) / np.sqrt(fan_in)
+        ).astype(np.float32)
+        b = (self.rng.standard_normal(cout) * 0.1).astype(np.float32)
+        y = self.op(
+            "Conv",
+            [x, self.const(w), self.const(b)],
+            kernel_shape=[kernel, kernel],
+            pads=[kernel // 2] * 4,
+            strides=[stride, stride],
+            group=group,
+        )
+        assert isinstance(y, str)
+        if act is not None:
+            out = self.op(act, [y])
+            assert isinstance(out, str)
+            return out
+        return y
+
+    def model(self, output: str | Sequence[str], name: str) -> onnx.ModelProto:
+        outs = [output] if isinstance(output, str) else list(output)
+        inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, self.input_shape)]
+        draft = models.make_model(self.nodes, inputs, [], self.inits, name=name, check=False)
+        draft.graph.output.extend(helper.ValueInfoProto(name=o) for o in outs)
+        inferred = onnx.shape_inference.infer_shapes(draft, strict_mode=True)
+        known = {vi.name: vi for vi in inferred.graph.value_info}
+        return models.make_model(
+            self.nodes, inputs, [known[o] for o in outs], self.inits, name=name
+        )
+
+
+def _ints(values: Sequence[int]) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+@dataclass(frozen=True)
+class Case:
+    build: Callable[[], onnx.ModelProto]
+    #: convs the plan must block, and the layout transforms left at island edges (the graph
+    #: input and output count: a blocked first conv needs one, an NCHW-only op needs two).
+    blocked: int
+    transforms: int
+
+
+def concat() -> onnx.ModelProto:
+    n = Net()
+    a, b = n.conv("x", 16, 32), n.conv("x", 16, 16, kernel=1)
+    c = n.op("Concat", [a, b], axis=1)
+    return n.model(n.conv(c, 48, 32), "concat")
+
+
+def concat_unaligned() -> onnx.ModelProto:
+    n = Net()
+    a, b = n.conv("x", 16, 32), n.conv("x", 16, 8, kernel=1)  # 8 channels: stays NCHW
+    c = n.op("Concat", [a, b], axis=1)
+    return n.model(n.conv(c, 40, 32), "concat_unaligned")
+
+
+def split() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 64)
+    p, q = n.op("Split", [a, n.const(_ints([32, 32]))], outputs=2, axis=1)
+    return n.model(n.op("Add", [n.conv(p, 32, 32), n.conv(q, 32, 32)]), "split")
+
+
+def split_unaligned() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 64)
+    p, q = n.op("Split", [a, n.const(_ints([24, 40]))], outputs=2, axis=1)
+    return n.model([n.conv(p, 24, 16), n.conv(q, 40, 16)], "split_unaligned")
+
+
+def slice_channels() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 64)
+    s = n.op("Slice", [a, n.const(_ints([16])), n.const(_ints([48])), n.const(_ints([1]))])
+    t = n.op("Slice", [s, n.const(_ints([1, 1])), n.const(_ints([7, 7])), n.const(_ints([2, 3]))])
+    return n.model(n.conv(t, 32, 16), "slice_channels")
+
+
+def resize(mode: str) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        n = Net()
+        a = n.conv("x", 16, 32)
+        scales = n.const(np.array([1, 1, 2, 2], np.float32))
+        extra = {"nearest_mode": "floor"} if mode == "nearest" else {}
+        ctm = "asymmetric" if mode == "nearest" else "half_pixel"
+        r = n.op("Resize", [a, "", scales], mode=mode, coordinate_transformation_mode=ctm, **extra)
+        return n.model(n.conv(r, 32, 16), f"resize_{mode}")
+
+    return build
+
+
+def upsample() -> onnx.ModelProto:
+    """Opset 9 Upsample as old exports wrote it; the frontend's Resize path."""
+    n = Net()
+    a = n.conv("x", 16, 32)
+    u = n.op("Resize", [a, "", n.const(np.array([1, 1, 2, 2], np.float32))], mode="nearest")
+    return n.model(n.conv(u, 32, 16), "upsample")
+
+
+def maxpool_ceil() -> onnx.ModelProto:
+    n = Net(size=15)
+    a = n.conv("x", 16, 32)
+    p = n.op("MaxPool", [a], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    return n.model(n.conv(p, 32, 32), "maxpool_ceil")
+
+
+def avgpool_pad() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 32)
+    p = n.op(
+        "AveragePool",
+        [a],
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+        count_include_pad=1,
+    )
+    return n.model(n.conv(p, 32, 32), "avgpool_pad")
+
+
+def squeeze_excite() -> onnx.ModelProto:
+    """GlobalAveragePool → 1x1 convs → Sigmoid scaling the feature map (SE block)."""
+    n = Net()
+    a = n.conv("x", 16, 32)
+    g = n.op("GlobalAveragePool", [a])
+    s = n.conv(n.conv(g, 32, 16, kernel=1), 16, 32, kernel=1, act="Sigmoid")
+    return n.model(n.conv(n.op("Mul", [a, s]), 32, 16), "squeeze_excite")
+
+
+def lrn() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 32)
+    r = n.op("LRN", [a], size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    return n.model(n.conv(r, 32, 32), "lrn")
+
+
+def sum_many() -> onnx.ModelProto:
+    n = Net()
+    parts = [n.conv("x", 16, 32, kernel=k) for k in (1, 3, 1)]
+    return n.model(n.conv(n.op("Sum", parts), 32, 16), "sum_many")
+
+
+def dropout() -> onnx.ModelProto:
+    n = Net()
+    d = n.op("Dropout", [n.conv("x", 16, 32)])
+    return n.model(n.conv(d, 32, 16), "dropout")
+
+
+def flatten_gemm() -> onnx.ModelProto:
+    n = Net(size=4)
+    a = n.conv(n.conv("x", 16, 32), 32, 16)
+    f = n.op("Flatten", [a], axis=1)
+    w = (n.rng.standard_normal((10, 16 * 16)) * 0.05).astype(np.float32)
+    return n.model(n.op("Gemm", [f, n.const(w)], transB=1), "flatten_gemm")
+
+
+def reshape_after_conv() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv(n.conv("x", 16, 32), 32, 16)
+    return n.model(n.op("Reshape", [a, n.const(_ints([1, 16, 64]))]), "reshape")
+
+
+def channel_shuffle() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 32)
+    r = n.op("Reshape", [a, n.const(_ints([1, 2, 16, 8, 8]))])
+    t = n.op("Transpose", [r], perm=[0, 2, 1, 3, 4])
+    s = n.op("Reshape", [t, n.const(_ints([1, 32, 8, 8]))])
+    return n.model(n.conv(s, 32, 16), "channel_shuffle")
+
+
+def activation(kind: str) -> Callable[[], onnx.ModelProto]:
+    def build() -> onnx.ModelProto:
+        n = Net()
+        a = n.conv("x", 16, 32, act=None)
+        if kind == "silu":
+            y = n.op("Mul", [a, n.op("Sigmoid", [a])])
+        elif kind == "relu6":
+            y = n.op("Clip", [a, n.const(np.float32(0)), n.const(np.float32(6))])
+        elif kind == "prelu":
+            slope = (n.rng.random((32, 1, 1)) * 0.3).astype(np.float32)
+            y = n.op("PRelu", [a, n.const(slope)])
+        elif kind == "leakyrelu":
+            y = n.op("LeakyRelu", [a], alpha=0.1)
+        elif kind == "softmax":
+            y = n.op("Softmax", [a], axis=1)
+        else:
+            y = n.op({"hardswish": "HardSwish", "sigmoid": "Sigmoid"}[kind], [a])
+        assert isinstance(y, str)
+        return n.model(n.conv(y, 32, 16), kind)
+
+    return build
+
+
+def conv_transpose() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 32)
+    w = (n.rng.standard_normal((32, 16, 2, 2)) * 0.2).astype(np.float32)
+    t = n.op("ConvTranspose", [a, n.const(w)], kernel_shape=[2, 2], strides=[2, 2])
+    return n.model(n.conv(t, 16, 16), "conv_transpose")
+
+
+def depthwise_grouped() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 32)
+    d = n.conv(a, 32, 32, group=32)  # depthwise: NCHW
+    g = n.conv(d, 32, 64, kernel=1)
+    return n.model(n.conv(g, 64, 64, group=2), "depthwise_grouped")  # 32/group: blocked
+
+
+def odd_channels() -> onnx.ModelProto:
+    n = Net()
+    a = n.conv("x", 16, 24)  # 24 is no multiple of 16: NCHW
+    return n.model(n.conv(n.conv(a, 24, 32), 32, 32), "odd_channels")
+
+
+def yolo_head() -> onnx.ModelProto:
+    """A YOLOv8-style neck/head: SiLU convs, C2f Split/Concat, nearest Upsample, and boxes via
+    Reshape/Transpose/Concat of two scales."""
+    n = Net(size=16)
+
+    def silu_conv(x: str, cin: int, cout: int, **kw) -> str:
+        c = n.conv(x, cin, cout, act=None, **kw)
+        out = n.op("Mul", [c, n.op("Sigmoid", [c])])
+        assert isinstance(out, str)
+        return out
+
+    p3 = silu_conv("x", 16, 32)
+    p4 = silu_conv(p3, 32, 64, stride=2)
+    a, b = n.op(
+        "Split", [silu_conv(p4, 64, 64, kernel=1), n.const(_ints([32, 32]))], outputs=2, axis=1
+    )
+    c2f = silu_conv(n.op("Concat", [a, b, silu_conv(b, 32, 32)], axis=1), 96, 64, kernel=1)
+    up = n.op("Resize", [c2f, "", n.const(np.array([1, 1, 2, 2], np.float32))], mode="nearest")
+    f3 = silu_conv(n.op("Concat", [up, p3], axis=1), 96, 32)
+    boxes = []
+    for feature, channels, size in ((f3, 32, 16), (c2f, 64, 8)):
+        head = n.conv(silu_conv(feature, channels, 32), 32, 21, kernel=1, act=None)
+        flat = n.op("Reshape", [head, n.const(_ints([1, 21, size * size]))])
+        boxes.append(flat)
+    cat = n.op("Concat", boxes, axis=2)
+    return n.model(n.op("Transpose", [cat], perm=[0, 2, 1]), "yolo_head")
+
+
+def unet_decoder() -> onnx.ModelProto:
+    """Encoder convs with a skip, ConvTranspose up, Concat with the skip, convs."""
+    n = Net(size=16)
+    e1 = n.conv(n.conv("x", 16, 32), 32, 32)
+    e2 = n.conv(n.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]), 32, 64)
+    w = (n.rng.standard_normal((64, 32, 2, 2)) * 0.1).astype(np.float32)
+    up = n.op("ConvTranspose", [e2, n.const(w)], kernel_shape=[2, 2], strides=[2, 2])
+    d1 = n.conv(n.conv(n.op("Concat", [up, e1], axis=1), 64, 32), 32, 32)
+    return n.model(n.conv(d1, 32, 2, kernel=1, act="Sigmoid"), "unet_decoder")
+
+
+CASES: dict[str, Case] = {
+    "concat": Case(concat, blocked=3, transforms=2),
+    "concat_unaligned": Case(concat_unaligned, blocked=1, transforms=2),
+    "split": Case(split, blocked=3, transforms=2),
+    "split_unaligned": Case(split_unaligned, blocked=1, transforms=2),
+    "slice_channels": Case(slice_channels, blocked=2, transforms=2),
+    "resize_nearest": Case(resize("nearest"), blocked=2, transforms=2),
+    "resize_linear": Case(resize("linear"), blocked=2, transforms=2),
+    "upsample": Case(upsample, blocked=2, transforms=2),
+    "maxpool_ceil": Case(maxpool_ceil, blocked=2, transforms=2),
+    "avgpool_count_include_pad": Case(avgpool_pad, blocked=2, transforms=2),
+    "squeeze_excite": Case(squeeze_excite, blocked=4, transforms=2),
+    "lrn": Case(lrn, blocked=2, transforms=4),
+    "sum_many": Case(sum_many, blocked=4, transforms=2),
+    "dropout": Case(dropout, blocked=2, transforms=2),
+    "flatten_gemm": Case(flatten_gemm, blocked=2, transforms=2),
+    "reshape_after_conv": Case(reshape_after_conv, blocked=2, transforms=2),
+    "channel_shuffle": Case(channel_shuffle, blocked=2, transforms=4),
+    "silu": Case(activation("silu"), blocked=2, transforms=2),
+    "hardswish": Case(activation("hardswish"), blocked=2, transforms=2),
+    "sigmoid": Case(activation("sigmoid"), blocked=2, transforms=2),
+    "relu6": Case(activation("relu6"), blocked=2, transforms=2),
+    "prelu": Case(activation("prelu"), blocked=2, transforms=4),
+    "leakyrelu": Case(activation("leakyrelu"), blocked=2, transforms=2),
+    "softmax": Case(activation("softmax"), blocked=2, transforms=4),
+    "conv_transpose": Case(conv_transpose, blocked=2, transforms=4),
+    "depthwise_grouped": Case(depthwise_grouped, blocked=3, transforms=4),
+    "odd_channels": Case(odd_channels, blocked=1, transforms=2),
+    "yolo_head": Case(yolo_head, blocked=8, transforms=3),
+    "unet_decoder": Case(unet_decoder, blocked=5, transforms=4),
+}
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_blocked_neighbourhood_matches_onnxruntime(name: str, target, tmp_path: Path) -> None:
+    case = CASES[name]
+    original = case.build()
+    ingested = load_model(models.to_bytes(original))
+    relax_model = model_for_target(ingested, target)
+    plan = relax_model.plan
+    assert plan is not None and not relax_model.fallbacks, relax_model.fallbacks
+    assert plan.blocked_convs == case.blocked, [c.as_dict() for c in plan.convs]
+    assert plan.transforms == case.transforms
+    for conv in plan.convs:
+        assert conv.blocked or conv.reason, conv  # every NCHW conv says why
+    so_path = build_library(relax_model, ms.database.MemoryDatabase(), target, tmp_path)
+    feeds = models.random_inputs(original, seed=1)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(r) for r in models.run_onnxruntime(original, feeds)]
+    assert [o.shape for o in ours] == [r.shape for r in reference]
+    result = compare(ours, reference, [o.name for o in ingested.outputs], seed=1)
+    assert result.passed, result
+
+
+def test_each_conv_task_names_its_layout(target) -> None:
+    ingested = load_model(models.to_bytes(depthwise_grouped()))
+    _, tasks = extract_tasks(ingested, target)
+    layouts = {
+        node: task.description["layout"]
+        for task in tasks
+        if task.kind == "conv"
+        for node in task.onnx_nodes
+    }
+    blocked = f"NCHW{LANES}c"
+    assert sorted(layouts.values()) == sorted(["NCHW", blocked, blocked, blocked])
+    (depthwise,) = [t for t in tasks if t.kind == "conv" and t.description["groups"] == 32]
+    assert depthwise.description["layout"] == "NCHW"
+    assert "depthwise" in depthwise.description["layout_reason"]

@@ -1,0 +1,58 @@
+"""Real architectures from the onnx wheel's model zoo through ``tune_model``, default layout.
+
+SqueezeNet (Concat of Fire branches) and ShuffleNet (grouped convs, channel shuffle, Sum) both
+crashed Relax's ConvertLayout. Weights are seeded (bench/coverage.py): the wheel's are
+ConstantOfShape fills, which would hide a wrong channel order. 2 trials per task keep it short.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.coverage import light_dir, light_model
+from convtune.tuner.ingest import load_model
+from convtune.tuner.options import TuneOptions
+from convtune.tuner.pipeline import tune_model
+from tests.tuner.test_pipeline import sqlite_engine  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _events():
+    seen: list[tuple[str, dict]] = []
+    return seen, lambda kind, payload: seen.append((kind, payload))
+
+
+@pytest.mark.parametrize(
+    ("name", "blocked", "transforms"),
+    [
+        # stem 3→64 and the 512→1000 classifier stay NCHW; transforms: after the stem pool…
+        ("light_squeezenet", 24, 2),
+        # groups=3 with 112..272-channel units: 16 does not divide any group: all NCHW, said so.
+        ("light_shufflenet", 0, 0),
+    ],
+)
+def test_light_zoo_model_tunes_and_verifies_blocked(
+    name: str,
+    blocked: int,
+    transforms: int,
+    tmp_path,
+    sqlite_engine,  # noqa: F811
+) -> None:
+    ingested = load_model(light_model(light_dir() / f"{name}.onnx").SerializeToString(), name=name)
+    seen, sink = _events()
+    result = tune_model(
+        ingested,
+        tmp_path / "out",
+        TuneOptions(trials_per_task=2, seed=0),
+        engine=sqlite_engine,
+        on_event=sink,
+    )
+    plan = result.manifest["layout_plan"]
+    assert plan["fallbacks"] == [] and plan["fallback"] == ""
+    assert plan["blocked_convs"] == blocked and plan["transforms"] == transforms
+    assert all(c["layout"] != "NCHW" or c["reason"] for c in plan["convs"])
+    assert result.manifest["verification"]["passed"]
+    assert not [kind for kind, _ in seen if kind == "layout_fallback"]
+    conv_layers = [row for row in result.manifest["layers"] if row["kind"] == "conv"]
+    assert conv_layers and all("layout" in row["description"] for row in conv_layers)
