@@ -124,8 +124,8 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
         ) from None
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
-    # Folding the scaled weights to constants here also keeps ConvertLayout (schedules/layout.py)
-    # away from the weight arithmetic, which it cannot convert (it crashes).
+    # Folding the scaled weights to constants here lets the layout pass (schedules/layout.py)
+    # pack them with numpy: a weight that is still arithmetic would be packed at run time.
     # A BatchNorm that follows no conv (DenseNet's pre-activation ones) becomes a per-channel
     # multiply-add of constants, which the blocked layout carries (batch_norm it cannot).
     folded = relax.transform.FoldConstant()(
