@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -208,6 +209,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
         "rows": rows,
         "trials_done": done,
         "trials_budget": sum(budgets.values()) if budgets else None,
+        "progress": _progress_text(job, done, sum(budgets.values()) if budgets else None),
         "artifact": artifact_view(artifact),
         "bench": {
             "tuned_ms": tuned.get("median_ms") if tuned else None,
@@ -222,6 +224,32 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
         "profiled": bool(profile),
         "over_peak": any((r["pct_peak"] or 0.0) > 100.0 for r in rows),
     }
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _progress_text(job: JobRow | None, done: int, budget: int | None) -> str | None:
+    """``elapsed 1:42 · budget left 8:18 · ETA 0:51`` for a running job (what the CLI and the
+    server log say), the run time once it ended, None before it started."""
+    if job is None or job.started_at is None:
+        return None
+    end = job.finished_at or datetime.now(UTC)
+    elapsed = (end - job.started_at).total_seconds()
+    if job.finished_at is not None:
+        return f"ran {_clock(elapsed)}"
+    parts = [f"elapsed {_clock(elapsed)}"]
+    minutes = (job.options or {}).get("budget_minutes")
+    left = max(0.0, float(minutes) * 60.0 - elapsed) if minutes else None
+    if left is not None:
+        parts.append(f"budget left {_clock(left)}")
+    if budget and 0 < done < budget:
+        eta = elapsed / done * (budget - done)
+        parts.append(f"ETA {_clock(min(eta, left) if left is not None else eta)}")
+    return " · ".join(parts)
 
 
 def _cost_key(row: dict[str, Any]) -> tuple[float, float, float]:

@@ -212,3 +212,18 @@ def test_without_a_profile_no_share_is_made_up(db_engine) -> None:
     # The bench still gives whole-model segments.
     names = {t["name"] for t in view["time_split"]["traces"]}
     assert "whole model (tuned, bench)" in names
+
+
+def test_job_progress_text() -> None:
+    from convtune.db.models import JobRow
+    from convtune.service.dashboard.views import _progress_text
+
+    now = datetime.now(UTC)
+    running = JobRow(options={"budget_minutes": 10}, started_at=now - timedelta(seconds=60))
+    text = _progress_text(running, 2, 8)
+    assert text is not None and text.startswith("elapsed 1:0")
+    assert "budget left 8:5" in text or "budget left 9:00" in text
+    assert "ETA 3:0" in text or "ETA 2:59" in text  # 2 trials a minute, 6 to go
+    done = JobRow(options={}, started_at=now - timedelta(seconds=90), finished_at=now)
+    assert _progress_text(done, 8, 8) == "ran 1:30"
+    assert _progress_text(JobRow(options={}), 0, 8) is None

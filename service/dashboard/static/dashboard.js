@@ -181,6 +181,8 @@ const convtune = (() => {
   function applyView(view) {
     document.getElementById("trials-done").textContent = view.trials_done;
     document.getElementById("trials-budget").textContent = view.trials_budget === null ? DASH : view.trials_budget;
+    const progress = document.getElementById("job-progress");
+    if (progress) progress.textContent = view.progress || "";
     const status = document.getElementById("job-status");
     if (status && view.job) {
       status.textContent = view.job.status;
