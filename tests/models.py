@@ -435,6 +435,56 @@ def silu_model(seed: int = 0) -> onnx.ModelProto:
     )
 
 
+def inverted_residual_net(*, batch: int = 2, channels: int = 32, size: int = 9, seed: int = 0):
+    """Mobile blocks at a small size: 1×1 expand (×2) → Clip(0, 6) → 3×3 depthwise s1 → Clip →
+    squeeze-excitation (GlobalAveragePool, 1×1, Relu, 1×1, HardSigmoid, Mul) → 1×1 project →
+    residual Add → 5×5 depthwise s2 → HardSwish. Odd spatial size, ``batch`` images."""
+    rng = np.random.default_rng(seed)
+    hidden, squeeze = channels * 2, 8
+    inits: list[TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def conv(x: str, name: str, out_ch: int, in_ch: int, k: int, stride: int = 1, group: int = 1):
+        inits.append(_init(f"{name}.w", _weights(rng, (out_ch, in_ch // group, k, k))))
+        inits.append(_init(f"{name}.b", (rng.standard_normal(out_ch) * 0.1).astype(np.float32)))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [x, f"{name}.w", f"{name}.b"],
+                [name],
+                name=name,
+                kernel_shape=[k, k],
+                strides=[stride, stride],
+                pads=[k // 2] * 4,
+                group=group,
+            )
+        )
+        return name
+
+    def node(op: str, inputs: list[str], name: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    inits += [_init("zero", np.array(0.0, np.float32)), _init("six", np.array(6.0, np.float32))]
+    x = node("Clip", [conv("x", "expand", hidden, channels, 1), "zero", "six"], "expand.relu6")
+    x = node("Clip", [conv(x, "dw1", hidden, hidden, 3, group=hidden), "zero", "six"], "dw1.relu6")
+    s = node("GlobalAveragePool", [x], "se.pool")
+    s = node("Relu", [conv(s, "se.fc1", squeeze, hidden, 1)], "se.relu")
+    s = node("HardSigmoid", [conv(s, "se.fc2", hidden, squeeze, 1)], "se.gate", alpha=1 / 6)
+    x = node("Mul", [x, s], "se.scale")
+    x = node("Add", [conv(x, "project", channels, hidden, 1), "x"], "residual")
+    x = conv(x, "dw2", channels, channels, 5, stride=2, group=channels)
+    node("HardSwish", [x], "y")
+    out = _conv_out(size, 5, 2, 4, 1)
+    return make_model(
+        nodes,
+        [_vi("x", [batch, channels, size, size])],
+        [_vi("y", [batch, channels, out, out])],
+        inits,
+        name="inverted_residual",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers for tests
 # ---------------------------------------------------------------------------------------------

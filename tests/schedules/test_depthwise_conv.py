@@ -150,3 +150,28 @@ def test_space_is_registered_and_applies_only_to_blocked_depthwise_tasks():
         mod = relax.transform.LegalizeOps()(relax.frontend.onnx.from_onnx(dense))
     tasks = relax_integration.extract_tasks(fuse(RelaxModel(mod)), make_target(None))
     assert tasks and not any(space.applies_to(t.dispatched[0]) for t in tasks)
+
+
+def test_mobile_block_in_the_blocked_layout_matches_onnxruntime(tmp_path):
+    """The layout pass blocks both depthwise convs and the Clip / squeeze-excitation / HardSwish
+    ops around them, leaving only the model's input and output transforms, and the compiled
+    model agrees with onnxruntime."""
+    from convtune.tuner.extract import extract_tasks
+    from convtune.tuner.ingest import load_model
+    from convtune.tuner.library import compile_untuned
+    from convtune.tuner.runtime import Artifact
+    from convtune.tuner.verify import verify_artifact
+    from tests.models import inverted_residual_net, to_bytes
+
+    ingested = load_model(to_bytes(inverted_residual_net()))
+    target = make_target(None)
+    _, tasks = extract_tasks(ingested, target, "nchwc")
+    depthwise = [t for t in tasks if is_blocked_depthwise(t.mod)]
+    assert sorted(n for t in depthwise for n in t.onnx_nodes) == ["dw1", "dw2"]
+    # Clip (ReLU6, TIR from the ONNX frontend) carried blocked and fused as the conv's epilogue.
+    dw1 = next(t for t in depthwise if t.onnx_nodes == ["dw1"])
+    assert dw1.name.endswith("maximum_minimum")
+    so_path = compile_untuned(ingested, target, tmp_path)
+    artifact = Artifact.load(so_path, [s.name for s in ingested.inputs])
+    result = verify_artifact(artifact, ingested, threads=2)
+    assert result.passed
