@@ -195,9 +195,14 @@ def tune_model(
         if fleet is not None:
             from .remote import verify_on_fleet
 
-            remote, device = verify_on_fleet(
-                so_path, ingested, fleet, threads=threads, seed=options.seed
-            )
+            try:
+                remote, device = verify_on_fleet(
+                    so_path, ingested, fleet, threads=threads, seed=options.seed
+                )
+            except FleetUnavailable as exc:
+                raise FleetUnavailable(
+                    f"fleet {fleet.name} paused before verifying on a device: {exc.message}"
+                ) from None
             on_device = {"fleet": fleet.name, "device": device, **remote.as_dict()}
     except Exception:
         so_path.unlink(missing_ok=True)

@@ -211,8 +211,8 @@ def measured_by(runner: ms.runner.Runner, artifact_path: str | None) -> Measured
     """Which device measured the candidate built at ``artifact_path`` (or why none did)."""
     if not isinstance(runner, FleetRunner):
         return Measured(f"local:{socket.gethostname()}")
-    path = str(artifact_path)
-    return Measured(runner.devices.get(path), runner.unmeasured.get(path))
+    path = str(artifact_path)  # read once per candidate: forget it, the path may be reused
+    return Measured(runner.devices.pop(path, None), runner.unmeasured.pop(path, None))
 
 
 def shutdown_runner(runner: ms.runner.Runner) -> None:

@@ -248,3 +248,47 @@ def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rp
     assert on_device["fleet"] == "loop" and on_device["device"] == second_addr
     assert on_device["passed"] is True
     assert manifest["verification"]["passed"] is True
+
+
+@pytest.mark.slow
+def test_a_tracker_that_goes_away_pauses_the_job_and_loses_nothing(tracker, tmp_path):
+    device, _ = tracker.start_device()
+    url = f"sqlite:///{tmp_path / 'convtune.db'}"
+    upgrade(url)
+    model_path = tmp_path / "cnn3.onnx"
+    onnx.save(three_conv_cnn(seed=5), model_path)
+    subprocess.run(
+        [CONVTUNE, "fleets", "add", "loop", "--tracker", f"127.0.0.1:{tracker.port}",
+         "--key", KEY, "--no-peak", "--db", url],
+        check=True,
+    )  # fmt: skip
+    tune = _start(
+        [CONVTUNE, "tune", str(model_path), "-o", str(tmp_path / "out"), "--db", url,
+         "--fleet", "loop", "--trials-per-task", "3", "--layout", "nchw"],
+        tmp_path / "tune.log",
+    )  # fmt: skip
+    try:
+        server = psutil.Process(device.pid)  # measuring: it has a session process
+        _wait_for(
+            lambda: tune.poll() is not None or len(server.children(recursive=True)) >= 2,
+            600,
+            "the device to be measuring",
+            poll=0.01,
+        )
+        assert tune.poll() is None, (tmp_path / "tune.log").read_text()
+        _kill(tracker.process)
+        code = tune.wait(600)
+    finally:
+        _kill(tune)
+    log = (tmp_path / "tune.log").read_text()
+    assert code == 2, log
+    assert "error: fleet loop paused: RPC tracker" in " ".join(log.split()), log
+    assert not (tmp_path / "out" / "model.so").exists()
+    # What was measured is recorded, contiguously; nothing unmeasured was recorded as a failure.
+    records = _records(url)
+    per_task: dict[str, list[int | None]] = {}
+    for task, index, device, error in records:
+        per_task.setdefault(task, []).append(index)
+        assert error is None or "not measured" not in error, error
+        assert error is not None or device is not None, task
+    assert all(sorted(ix) == list(range(len(ix))) for ix in per_task.values()), per_task
