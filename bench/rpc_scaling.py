@@ -192,7 +192,7 @@ def main() -> None:
         f"{summary['fleet']:.1f} (ratio {summary['fleet'] / summary['local']:.2f}).",
     ]
     REPORTS.mkdir(exist_ok=True)
-    path = REPORTS / f"rpc-scaling-{dt.date.today()}.md"
+    path = REPORTS / f"rpc-scaling-{dt.date.today()}-{args.devices}dev.md"
     path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written to {path}")
