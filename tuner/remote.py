@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import platform
 import socket
@@ -31,6 +32,8 @@ from .errors import ConvtuneError, VerificationError
 from .fleet import Fleet, FleetPeak, FleetUnavailable, parse_tracker
 from .ingest import IngestedModel
 from .verify import RTOL, Verification, compare, random_feeds, reference_outputs
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 5.0
 
@@ -111,6 +114,15 @@ def request_device(
         return rpc.connect(url, port, matchkey, session_timeout), device
     except (OSError, RuntimeError, tvm.error.TVMError) as exc:
         raise DeviceLost(device, exc) from None
+
+
+def session_answers(session: rpc.RPCSession) -> bool:
+    """Whether the device behind ``session`` still answers (after a failed call)."""
+    try:
+        session.get_function("runtime.NumThreads")()
+        return True
+    except Exception:  # Whatever the transport raises, the device is gone.
+        return False
 
 
 def _register_device_functions(threads: int) -> None:
@@ -206,6 +218,21 @@ def _outputs(value: Any) -> list[Any]:
     return [item for part in value for item in _outputs(part)]
 
 
+def _run_remote(
+    session: rpc.RPCSession, so_path: Path, ingested: IngestedModel, feeds: dict[str, Any]
+) -> list[Any]:
+    session.upload(str(so_path))
+    library = session.load_module(so_path.name)
+    remote_cpu = session.cpu(0)
+    vm = relax.VirtualMachine(library, remote_cpu)
+    # set_input/invoke_stateful: the calling convention the Relax VM supports over RPC.
+    vm.set_input("main", *[tvm.runtime.tensor(feeds[s.name], remote_cpu) for s in ingested.inputs])
+    vm.invoke_stateful("main")
+    outputs = _outputs(vm.get_outputs("main"))
+    session.remove(so_path.name)
+    return outputs
+
+
 def verify_on_fleet(
     so_path: Path,
     ingested: IngestedModel,
@@ -218,25 +245,25 @@ def verify_on_fleet(
     """Upload the artifact to a device of the fleet, run it there with the Relax VM over RPC on
     the seeded inputs, compare with onnxruntime here; raises ``VerificationError`` on mismatch.
 
-    ``threads`` is onnxruntime's (local); the device runs with its own pinned count.
+    ``threads`` is onnxruntime's (local); the device runs with its own pinned count. A device
+    that goes away meanwhile is replaced once by another of the fleet.
     """
-    session, device = request_device(fleet, session_timeout=300.0, wait=wait)
-    session.upload(str(so_path))
-    library = session.load_module(so_path.name)
-    remote_cpu = session.cpu(0)
-    vm = relax.VirtualMachine(library, remote_cpu)
     feeds = random_feeds(ingested.inputs, seed)
-    # set_input/invoke_stateful: the calling convention the Relax VM supports over RPC.
-    vm.set_input("main", *[tvm.runtime.tensor(feeds[s.name], remote_cpu) for s in ingested.inputs])
-    vm.invoke_stateful("main")
-    ours = _outputs(vm.get_outputs("main"))
+    for attempt in range(2):
+        session, device = request_device(fleet, session_timeout=300.0, wait=wait)
+        try:
+            ours = _run_remote(session, so_path, ingested, feeds)
+            break
+        except Exception:
+            if attempt or session_answers(session):
+                raise
+            log.warning("device %s went away while verifying; asking for another", device)
     result = compare(
         ours,
         reference_outputs(ingested, feeds, threads),
         [spec.name for spec in ingested.outputs],
         seed,
     )
-    session.remove(so_path.name)
     if not result.passed:
         raise VerificationError(
             f"artifact disagrees with onnxruntime on fleet device {device}, output "

@@ -28,7 +28,6 @@ import os
 import socket
 from dataclasses import dataclass
 
-import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerInput, RunnerResult
@@ -42,7 +41,7 @@ from tvm.s_tir.meta_schedule.runner.runner import PyRunner, PyRunnerFuture, Runn
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from .fleet import Fleet, FleetUnavailable
-from .remote import DeviceLost, fleet_devices, request_device
+from .remote import DeviceLost, fleet_devices, request_device, session_answers
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +60,6 @@ class Outcome:
     error: str | None = None
     device: str | None = None
     unmeasured: str | None = None  # why it was not measured at all (tracker gone, no device)
-
-
-def _answers(session: tvm.rpc.RPCSession) -> bool:
-    try:
-        session.get_function("runtime.NumThreads")()
-        return True
-    except Exception:  # Whatever the transport raises, the device is gone.
-        return False
 
 
 def measure_candidate(
@@ -99,7 +90,7 @@ def measure_candidate(
             default_cleanup(session, remote_path)
             return Outcome(costs=[float(c) for c in costs], device=device)
         except Exception as exc:  # TVM raises RPC and kernel failures alike as TVMError
-            if _answers(session):
+            if session_answers(session):
                 return Outcome(error=f"run failed on {device}: {exc}", device=device)
             log.warning("device %s went away while measuring %s", device, remote_path)
             lost.append(device)
