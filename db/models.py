@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -276,3 +277,25 @@ class JobEventRow(_Row, Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict[str, Any]]
+
+
+class CostModelRow(_Row, Base):
+    """The XGBoost cost model of one target, trained on that target's tuning records.
+
+    ``model`` holds the bytes of ``XGBModel.save`` (booster and the feature groups it was trained
+    on, zlib-compressed). ``convtune_version`` is the version that trained it: any other version
+    retrains from the records instead of trusting it. ``last_record_id`` is the highest
+    ``tuning_records.id`` it has seen; later records are added by the next update.
+    """
+
+    __tablename__ = "cost_models"
+
+    target_id: Mapped[int] = mapped_column(
+        ForeignKey("targets.id", ondelete="CASCADE"), unique=True
+    )
+    convtune_version: Mapped[str] = mapped_column(String(64))
+    record_count: Mapped[int] = mapped_column(Integer)
+    workload_count: Mapped[int] = mapped_column(Integer)
+    last_record_id: Mapped[int] = mapped_column(Integer)
+    model: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

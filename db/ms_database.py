@@ -10,7 +10,7 @@ from typing import Any
 
 import tvm
 import tvm_ffi
-from sqlalchemy import Engine, Select, func, select, update
+from sqlalchemy import BigInteger, Engine, Select, cast, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from tvm.ir import IRModule
@@ -21,7 +21,7 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 from tvm.tirx import FloatImm, IntImm
 
-from .models import TargetRow, TuningRecordRow, WorkloadRow
+from .models import ModelWorkloadRow, TargetRow, TuningRecordRow, WorkloadRow
 from .session import session_factory
 from .stats import NO_RECORDS, record_stats
 
@@ -121,6 +121,7 @@ class SQLDatabase(PyDatabase):
             raise ValueError(
                 f"SQLDatabase supports module_equality='structural' only, got {module_equality!r}"
             )
+        self._engine = engine
         self._sessions = session_factory(engine)
         self._target = target
         self._target_spec = to_plain(target.export())
@@ -133,6 +134,10 @@ class SQLDatabase(PyDatabase):
         self._target_id = self._ensure_target()
 
     # ----- target -------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
 
     @property
     def target(self) -> Target:
@@ -323,7 +328,8 @@ class SQLDatabase(PyDatabase):
             error="build or run failed (MetaSchedule gave no valid run time)" if failed else None,
         )
 
-    def _record(self, row: TuningRecordRow) -> TuningRecord:
+    def tuning_record(self, row: TuningRecordRow) -> TuningRecord:
+        """The MetaSchedule record of a stored row (its workload loaded and cached)."""
         return TuningRecord.from_json(
             [row.trace, row.run_secs, row.target, row.args_info], self.workload(row.workload_id)
         )
@@ -346,7 +352,7 @@ class SQLDatabase(PyDatabase):
         workload_id = self._id_of(workload, commit=False)
         if workload_id is None:
             return []
-        return [self._record(row) for row in self._top_rows(workload_id, top_k)]
+        return [self.tuning_record(row) for row in self._top_rows(workload_id, top_k)]
 
     def best_record(self, workload_id: int) -> TuningRecordRow | None:
         """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""
@@ -376,12 +382,107 @@ class SQLDatabase(PyDatabase):
     def get_all_tuning_records(self) -> list[TuningRecord]:
         with self._sessions() as session:
             rows = list(session.scalars(self._target_records().order_by(TuningRecordRow.id)))
-        return [self._record(row) for row in rows]
+        return [self.tuning_record(row) for row in rows]
 
     def __len__(self) -> int:
         query = select(func.count()).select_from(self._target_records().subquery())
         with self._sessions() as session:
             return int(session.scalar(query) or 0)
+
+    # ----- queries for the cost model and the search plan ---------------------------------
+
+    def max_record_id(self) -> int:
+        """The highest ``tuning_records.id`` of this target (0 when it has none)."""
+        query = select(func.max(TuningRecordRow.id)).join(
+            WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id
+        )
+        with self._sessions() as session:
+            found = session.scalar(query.where(WorkloadRow.target_id == self._target_id))
+        return int(found or 0)
+
+    def sample_records(
+        self,
+        *,
+        top_k: int,
+        random_k: int,
+        after_id: int = 0,
+        upto_id: int | None = None,
+        seed: int = 0,
+    ) -> list[TuningRecordRow]:
+        """Successful records of every workload of this target, a bounded sample per workload.
+
+        Per workload: its ``top_k`` fastest records (ties: the earliest) and ``random_k`` records
+        drawn uniformly from all of its successful ones (a record in both counts once), among
+        records with ``after_id < id <= upto_id``. The draw is a fixed hash of the row id and
+        ``seed``, so the same database gives the same sample on SQLite and PostgreSQL. One query;
+        rows come ordered by workload, then id.
+        """
+        where = [
+            WorkloadRow.target_id == self._target_id,
+            TuningRecordRow.mean_sec.is_not(None),
+            TuningRecordRow.id > after_id,
+        ]
+        if upto_id is not None:
+            where.append(TuningRecordRow.id <= upto_id)
+
+        # A portable, seeded pseudo-random order: Knuth's multiplicative hash offset by the seed,
+        # squared modulo a prime (affine maps alone only rotate the order between seeds). Every
+        # product stays below 2^63 for ids below 2^31: no integer overflow on either database.
+        def big(value: int) -> Any:
+            return literal(value, BigInteger)
+
+        rid = cast(TuningRecordRow.id, BigInteger)
+        offset = (seed * 1013904223) % 2147483648
+        mixed = (rid * big(2654435761) + big(offset)) % big(2147483648)
+        shuffled = (mixed * mixed) % big(2147483647)
+        ranked = (
+            select(
+                TuningRecordRow.id.label("rid"),
+                func.row_number()
+                .over(
+                    partition_by=TuningRecordRow.workload_id,
+                    order_by=(TuningRecordRow.mean_sec, TuningRecordRow.id),
+                )
+                .label("best_rank"),
+                func.row_number()
+                .over(partition_by=TuningRecordRow.workload_id, order_by=shuffled)
+                .label("random_rank"),
+            )
+            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .where(*where)
+            .subquery()
+        )
+        query = (
+            select(TuningRecordRow)
+            .join(ranked, ranked.c.rid == TuningRecordRow.id)
+            .where((ranked.c.best_rank <= top_k) | (ranked.c.random_rank <= random_k))
+            .order_by(TuningRecordRow.workload_id, TuningRecordRow.id)
+        )
+        with self._sessions() as session:
+            return list(session.scalars(query))
+
+    def best_gflops_by_workload(self) -> dict[int, tuple[str | None, float]]:
+        """Workload id -> (its kind as a model task, e.g. "conv", or None; best GFLOP/s) for
+        every workload of this target with a successful record."""
+        best = (
+            select(TuningRecordRow.workload_id, func.max(TuningRecordRow.gflops))
+            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .where(WorkloadRow.target_id == self._target_id, TuningRecordRow.gflops.is_not(None))
+            .group_by(TuningRecordRow.workload_id)
+        )
+        kinds = (
+            select(ModelWorkloadRow.workload_id, ModelWorkloadRow.kind)
+            .join(WorkloadRow, WorkloadRow.id == ModelWorkloadRow.workload_id)
+            .where(WorkloadRow.target_id == self._target_id)
+            .distinct()
+        )
+        with self._sessions() as session:
+            kind_of = {wid: kind for wid, kind in session.execute(kinds)}
+            return {
+                wid: (kind_of.get(wid), float(gflops))
+                for wid, gflops in session.execute(best)
+                if gflops is not None
+            }
 
     # ----- queries used when building -----------------------------------------------------
 
@@ -392,7 +493,7 @@ class SQLDatabase(PyDatabase):
         if workload_id is None:
             return None
         rows = self._top_rows(workload_id, 1)
-        return self._record(rows[0]) if rows else None
+        return self.tuning_record(rows[0]) if rows else None
 
     def query_schedule(
         self, mod: IRModule, target: Target, workload_name: str | None = None

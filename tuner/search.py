@@ -5,7 +5,12 @@ What convtune adds to a plain ``ms.tune_tasks`` call:
   where it stopped and a workload tuned before (by any model) is not searched again;
 - a wall-clock budget and a stop request, both checked after every measured batch;
 - every trial (failed ones too, with their error) recorded with its index, space and job;
-- the XGBoost cost model trained on the recorded trials before the first new measurement;
+- the XGBoost cost model of the target (``cost_model.py``: trained on every workload's records,
+  persisted) warm before the first new measurement, and updated with this search's trials after;
+- trials allocated by expected gain: (the task's share of the model's time) × (its distance from
+  the best GFLOP/s known for its kind of workload, or from peak), largest first;
+- a task whose best has not improved for ``PATIENCE_BATCHES`` batches stops, and its unspent
+  trials go to the tasks still improving;
 - measurements taken with the thread count the artifact will run with.
 """
 
@@ -15,7 +20,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tvm.ir import IRModule
@@ -23,7 +28,6 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import CostModel, XGBModel
-from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerResult
@@ -41,9 +45,11 @@ from convtune.schedules.base import ScheduleSpace
 from convtune.schedules.registry import SPACES, space_of, union_space
 
 from .builder import CandidateBuilder
+from .cost_model import CostModelStore, TrainCadence
 from .extract import ModelTask
 from .fleet import Fleet
 from .options import task_budget
+from .results import peak_for_threads, stored_peak
 from .runner import make_runner, measured_by, shutdown_runner
 
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -51,6 +57,37 @@ EventSink = Callable[[str, dict[str, Any]], None]
 # A trial's timing: enough repeats to be stable on a shared machine, without dominating the
 # search (candidate compilation takes ~1.5 s; one measurement should take well under that).
 EVALUATOR = EvaluatorConfig(number=3, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+# A task stops when its best improved by less than MIN_GAIN over this many measured batches
+# (and it had at least ALLOCATION_FLOOR trials).
+PATIENCE_BATCHES = 3
+MIN_GAIN = 0.01
+# Allocation bounds per conv/gemm/matmul task, as fractions of --trials-per-task.
+ALLOCATION_FLOOR = 0.25
+ALLOCATION_CAP = 2.0
+# An untuned task is assumed to reach half the reference rate with its first trials: its expected
+# gain is then the time it would take at the reference (the share of FLOPs, for a cold search).
+UNTUNED_FRACTION = 0.5
+
+
+@dataclass
+class TaskOutlook:
+    """Why a task gets its trials: its time now, and the rate a similar workload reached."""
+
+    seconds: float  # estimated time of the task in one inference (best × occurrences)
+    best_gflops: float | None
+    reference_gflops: float | None  # best known for its kind of workload here, or peak
+    gain: float  # expected seconds saved: seconds − time at the reference rate
+
+    def as_dict(self) -> dict[str, Any]:
+        def rounded(v: float | None) -> float | None:
+            return None if v is None else round(v, 1)
+
+        return {
+            "ms": round(self.seconds * 1e3, 4),
+            "best_gflops": rounded(self.best_gflops),
+            "reference_gflops": rounded(self.reference_gflops),
+            "gain_ms": round(self.gain * 1e3, 4),
+        }
 
 
 @dataclass
@@ -61,6 +98,8 @@ class SearchPlan:
     workload_ids: list[int]
     budgets: list[int]
     done_before: list[int]
+    outlooks: list[TaskOutlook | None] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)  # most trials a task may take from spares
 
     def remaining(self, i: int) -> int:
         return max(0, self.budgets[i] - self.done_before[i])
@@ -84,14 +123,139 @@ def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
     return EvolutionarySearch(population_size=min(512, max(64, 8 * trials_per_task)))
 
 
+def reference_rates(
+    database: SQLDatabase, peak_gflops: float | None, percentile: float = 90.0
+) -> dict[str | None, float]:
+    """Kind of task -> the GFLOP/s a good schedule of that kind reaches on this target.
+
+    The ``percentile`` of the best rates of the target's workloads of that kind (not the maximum:
+    one noisy trial should not set the bar), capped by the peak; kinds never measured map to
+    the peak (key None).
+    """
+    by_kind: dict[str | None, list[float]] = {}
+    for kind, gflops in database.best_gflops_by_workload().values():
+        by_kind.setdefault(kind, []).append(gflops)
+    rates: dict[str | None, float] = {}
+    for kind, values in by_kind.items():
+        if kind is None:
+            continue
+        values.sort()
+        rank = min(len(values) - 1, round(percentile / 100 * (len(values) - 1)))
+        rates[kind] = min(values[rank], peak_gflops) if peak_gflops else values[rank]
+    if peak_gflops:
+        rates[None] = peak_gflops
+    return rates
+
+
+def task_outlook(
+    task: ModelTask, best_sec: float | None, reference_gflops: float | None
+) -> TaskOutlook:
+    """The expected gain of tuning ``task`` further (see ``TaskOutlook``)."""
+    occurrences = task.occurrences
+    best_gflops = task.flops / best_sec / 1e9 if best_sec and task.flops else None
+    at_reference = occurrences * task.flops / (reference_gflops * 1e9) if reference_gflops else None
+    if best_sec is None:
+        # Untuned: no time known yet (a naive loop nest is no guide to what tuning reaches).
+        seconds = at_reference / UNTUNED_FRACTION if at_reference else occurrences * task.flops
+        gain = seconds - (at_reference or 0.0)
+    else:
+        seconds = occurrences * best_sec
+        gain = max(0.0, seconds - at_reference) if at_reference is not None else seconds
+    return TaskOutlook(seconds, best_gflops, reference_gflops, gain)
+
+
+def allocate(gains: Sequence[float], total: int, floor: int, cap: int) -> list[int]:
+    """Split ``total`` trials over tasks in proportion to ``gains``, each within [floor, cap].
+
+    Water-filling: tasks whose share falls outside the bounds are pinned to them and the rest
+    re-split, so the sum is ``total`` whenever ``floor·n <= total <= cap·n``.
+    """
+    n = len(gains)
+    if n == 0:
+        return []
+    total = max(floor * n, min(total, cap * n))
+    pinned: dict[int, int] = {}
+    while True:
+        free = [i for i in range(n) if i not in pinned]
+        left = total - sum(pinned.values())
+        weight = sum(max(gains[i], 0.0) for i in free)
+        shares = {
+            i: (left * max(gains[i], 0.0) / weight if weight > 0 else left / len(free))
+            for i in free
+        }
+        over = {i for i, v in shares.items() if v > cap}
+        under = {i for i, v in shares.items() if v < floor}
+        if not over and not under:
+            break
+        for i in over:
+            pinned[i] = cap
+        if not over:
+            for i in under:
+                pinned[i] = floor
+        if len(pinned) == n:
+            break
+    out = [pinned.get(i, 0) for i in range(n)]
+    free = [i for i in range(n) if i not in pinned]
+    # Largest remainders, so the integer trials add up to the total.
+    exact = {i: shares[i] for i in free}
+    for i in free:
+        out[i] = int(exact[i])
+    rest = total - sum(out)
+    for i in sorted(free, key=lambda i: exact[i] - int(exact[i]), reverse=True)[: max(rest, 0)]:
+        out[i] += 1
+    return out
+
+
 def plan_search(
-    tasks: Sequence[ModelTask], database: SQLDatabase, trials_per_task: int, *, retune: bool
+    tasks: Sequence[ModelTask],
+    database: SQLDatabase,
+    trials_per_task: int,
+    *,
+    retune: bool,
+    peak_gflops: float | None = None,
 ) -> SearchPlan:
+    """Budgets per task: elementwise tasks a fixed few, the others by expected gain.
+
+    The conv/gemm/matmul tasks share ``trials_per_task`` × their number; each gets between
+    ``ALLOCATION_FLOOR`` and ``ALLOCATION_CAP`` × ``trials_per_task`` in proportion to its
+    ``TaskOutlook.gain``. Budgets count recorded trials, so a resumed job continues.
+    """
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
     # A retune asks for `budget` new trials on top of what is recorded.
     done = [0] * len(tasks) if retune else [database.count_trials(wid) for wid in workload_ids]
-    return SearchPlan(list(tasks), workload_ids, budgets, done)
+    rates = reference_rates(database, peak_gflops)
+    outlooks: list[TaskOutlook | None] = []
+    for task, wid in zip(tasks, workload_ids, strict=True):
+        best = database.best_record(wid)
+        outlooks.append(
+            task_outlook(
+                task,
+                best.mean_sec if best is not None else None,
+                rates.get(task.kind, rates.get(None)),
+            )
+        )
+    caps = list(budgets)
+    # A task that had its trials (by this model or any other) is not searched again: only the
+    # tasks still short of their trials share the pool.
+    searched = [
+        i
+        for i, task in enumerate(tasks)
+        if task.kind != "other" and (retune or done[i] < budgets[i])
+    ]
+    floor = max(1, round(ALLOCATION_FLOOR * trials_per_task))
+    cap = max(trials_per_task, round(ALLOCATION_CAP * trials_per_task))
+    shares = allocate(
+        [outlooks[i].gain for i in searched],  # type: ignore[union-attr]
+        trials_per_task * len(searched),
+        floor,
+        cap,
+    )
+    for i, share in zip(searched, shares, strict=True):
+        # Resumed: the share includes what is recorded; retune: it comes on top (done is 0).
+        budgets[i] = share
+        caps[i] = cap
+    return SearchPlan(list(tasks), workload_ids, budgets, done, outlooks, caps)
 
 
 class TrialBudget:
@@ -119,6 +283,12 @@ class TrialBudget:
         self.seen: dict[int, set[str]] = {}
         # Optional lower limits for one search pass: task index -> total trials allowed.
         self.caps: dict[int, int] | None = None
+        # Early stop: best mean time per task, batches since it last improved, stopped tasks,
+        # and the trials they left unspent (the spare pool other tasks may draw from).
+        self.best: dict[int, float] = {}
+        self.stale: dict[int, int] = {}
+        self.retired: set[int] = set()
+        self.spare = 0
 
     def allowance(self, index: int) -> int:
         reason = self.stop_reason()
@@ -126,10 +296,40 @@ class TrialBudget:
             self.result.stopped_early = True
             self.result.reason = reason
             return 0
+        if index in self.retired:
+            return 0
         limit = self.plan.budgets[index]
         if self.caps is not None:
-            limit = min(limit, self.caps.get(index, 0))
-        return max(0, limit - self.counts[index])
+            return max(0, min(limit, self.caps.get(index, 0)) - self.counts[index])
+        own = limit - self.counts[index]
+        if own > 0:
+            return own
+        cap = self.plan.caps[index] if self.plan.caps else limit
+        return max(0, min(self.spare, cap - self.counts[index]))
+
+    def count_trial(self, index: int) -> None:
+        """One more trial of task ``index``; beyond its share, it came from the spare pool."""
+        if self.counts[index] >= self.plan.budgets[index] and self.caps is None:
+            self.spare = max(0, self.spare - 1)
+        self.counts[index] += 1
+        self.result.trials_measured += 1
+
+    def batch_measured(self, index: int, best_sec: float | None) -> bool:
+        """Track task ``index``'s best after a batch; True if the task stops now (no gain in
+        ``PATIENCE_BATCHES`` batches; only outside seed passes)."""
+        previous = self.best.get(index)
+        if best_sec is not None and (previous is None or best_sec < previous * (1 - MIN_GAIN)):
+            self.best[index] = best_sec
+            self.stale[index] = 0
+            return False
+        self.stale[index] = self.stale.get(index, 0) + 1
+        if self.caps is not None or self.stale[index] < PATIENCE_BATCHES:
+            return False
+        if index in self.retired:
+            return False
+        self.retired.add(index)
+        self.spare += max(0, self.plan.budgets[index] - self.counts[index])
+        return True
 
     def measured(self, index: int) -> set[str]:
         if index not in self.seen:
@@ -267,11 +467,27 @@ class RecordTrials(PyMeasureCallback):
                 flops=task.flops,
                 device=None if built.error_msg else measured.device,
             )
-            self.budget.counts[index] += 1
-            self.budget.result.trials_measured += 1
+            self.budget.count_trial(index)
+        best = self.database.best_record(wid)
+        # A batch the fleet could not measure says nothing about the task's progress.
+        stopped = not self.budget.result.paused and self.budget.batch_measured(
+            index, best.mean_sec if best is not None else None
+        )
         if self.on_event is None:
             return
-        best = self.database.best_record(wid)
+        if stopped:
+            self.on_event(
+                "task_stopped",
+                {
+                    "task_index": index,
+                    "task": task.name,
+                    "trials": self.budget.counts[index],
+                    "budget": plan.budgets[index],
+                    "best_gflops": best.gflops if best is not None else None,
+                    "reason": f"best improved < {MIN_GAIN:.0%} in {PATIENCE_BATCHES} batches",
+                    "spare_trials": self.budget.spare,
+                },
+            )
         self.on_event(
             "trial_batch",
             {
@@ -290,27 +506,6 @@ class RecordTrials(PyMeasureCallback):
 
 def _first_lines(text: str, limit: int = 2000) -> str:
     return text.strip()[:limit]
-
-
-def warm_start_cost_model(
-    cost_model: XGBModel,
-    contexts: list[ms.TuneContext],
-    plan: SearchPlan,
-    active: list[int],
-    database: SQLDatabase,
-) -> int:
-    """Train the cost model on the trials already recorded for these tasks; returns how many."""
-    used = 0
-    for context, index in zip(contexts, active, strict=True):
-        workload = database.commit_workload(plan.tasks[index].mod)
-        records = database.get_top_k(workload, 256)
-        if not records:
-            continue
-        candidates = [record.as_measure_candidate() for record in records]
-        results = [RunnerResult(run_secs=record.run_secs, error_msg=None) for record in records]
-        cost_model.update(context, candidates, results)
-        used += len(records)
-    return used
 
 
 def run_search(
@@ -336,22 +531,22 @@ def run_search(
     ``spaces``, started from the best records so far.
     """
     result = SearchResult()
-    plan = plan_search(tasks, database, trials_per_task, retune=retune)
-    # Largest share of FLOPs first: if the time budget runs out, the big layers got their trials.
+    peak = stored_peak(database.engine, target)
+    plan = plan_search(
+        tasks,
+        database,
+        trials_per_task,
+        retune=retune,
+        peak_gflops=peak_for_threads(peak, threads) if peak is not None else None,
+    )
+    # Largest expected gain first: the gradient scheduler's first round follows this order, and
+    # if the time budget runs out the tasks that pay most got their trials.
     active = sorted(
         (i for i in range(len(plan.tasks)) if plan.remaining(i) > 0),
-        key=lambda i: -plan.tasks[i].flops * plan.tasks[i].occurrences,
+        key=lambda i: -(plan.outlooks[i].gain if plan.outlooks[i] else 0.0),  # type: ignore[union-attr]
     )
     if on_event is not None:
-        on_event(
-            "search_planned",
-            {
-                "tasks": len(plan.tasks),
-                "to_tune": len(active),
-                "trials": sum(plan.remaining(i) for i in active),
-                "already_recorded": sum(plan.done_before),
-            },
-        )
+        on_event("search_planned", planned_event(plan, active))
     if not active:
         result.reason = "every task already has its trials"
         return result
@@ -360,10 +555,17 @@ def run_search(
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
     budget = TrialBudget(plan, database, deadline, should_stop, result)
 
+    store = CostModelStore(database, seed=seed, threads=threads)
+    warm = store.warm()
+    if warm.source != "loaded" and warm.added:
+        store.save(warm)  # The next job only adds the records measured after this one.
+    if on_event is not None:
+        on_event("cost_model_warm_start", warm.as_event())
+
     def search_pass(tasks: list[int], space_for: Callable[[IRModule], SpaceGenerator]) -> None:
         _search_pass(
-            plan, tasks, budget, space_for, database, target, threads=threads, seed=seed,
-            job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet,
+            plan, tasks, budget, space_for, database, target, warm.model, threads=threads,
+            seed=seed, job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet,
         )  # fmt: skip
 
     for space in spaces:
@@ -387,7 +589,48 @@ def run_search(
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
         search_pass(rest, lambda mod: union_space(mod, target, spaces))
+    if result.trials_measured:
+        # The persisted model learns this search's trials (and any other job's since).
+        saved = store.refresh()
+        if on_event is not None:
+            on_event("cost_model_saved", saved.as_event())
     return result
+
+
+def planned_event(plan: SearchPlan, active: list[int]) -> dict[str, Any]:
+    """The ``search_planned`` payload: totals, and per task to tune (in search order) its
+    allocated trials and why."""
+    total = sum(o.seconds for o in plan.outlooks if o is not None) or 1.0
+    allocation = []
+    for i in active:
+        task, outlook = plan.tasks[i], plan.outlooks[i]
+        allocation.append(
+            {
+                "task_index": i,
+                "task": task.name,
+                "kind": task.kind,
+                "op": task.op or "fused",
+                "shape": task.shape_text,
+                "occurrences": task.occurrences,
+                "trials": plan.remaining(i),
+                "budget": plan.budgets[i],
+                "recorded": plan.done_before[i],
+                "share": None if outlook is None else round(outlook.seconds / total, 4),
+                **({} if outlook is None else outlook.as_dict()),
+            }
+        )
+    return {
+        "tasks": len(plan.tasks),
+        "to_tune": len(active),
+        "trials": sum(plan.remaining(i) for i in active),
+        "already_recorded": sum(plan.done_before),
+        "rule": (
+            "trials ∝ share of time × distance from the reference GFLOP/s "
+            f"(within {ALLOCATION_FLOOR:g}–{ALLOCATION_CAP:g}× trials per task); "
+            f"stop after {PATIENCE_BATCHES} batches without {MIN_GAIN:.0%} gain"
+        ),
+        "allocation": allocation,
+    }
 
 
 def _search_pass(
@@ -397,6 +640,7 @@ def _search_pass(
     space_for: Callable[[IRModule], SpaceGenerator],
     database: SQLDatabase,
     target: Target,
+    cost_model: XGBModel,
     *,
     threads: int,
     seed: int,
@@ -405,8 +649,13 @@ def _search_pass(
     on_event: EventSink | None,
     fleet: Fleet | None,
 ) -> None:
-    """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``."""
+    """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``; ``cost_model`` is
+    warm and keeps learning across passes."""
     remaining = [budget.allowance(i) for i in active]
+    # A task may go past its share with trials other tasks left when they stopped early.
+    most = max(remaining)
+    if budget.caps is None and plan.caps:
+        most = max(most, *(plan.caps[i] - budget.counts[i] for i in active))
     seeds = ms.utils.fork_seed(seed, n=len(active))
     with tempfile.TemporaryDirectory(prefix="convtune-search-") as work_dir:
         contexts = [
@@ -421,27 +670,20 @@ def _search_pass(
             ).clone()
             for i, rand_state in zip(active, seeds, strict=True)
         ]
-        cost_model = XGBModel(
-            config=XGBConfig(seed=seed, nthread=threads),
-            num_warmup_samples=min(16, max(remaining)),
-            num_tuning_cores=threads,
-            verbose_eval=0,
-        )
-        warm = warm_start_cost_model(cost_model, contexts, plan, active, database)
-        if on_event is not None and warm:
-            on_event("cost_model_warm_start", {"records": warm})
         runner = make_runner(fleet, EVALUATOR)
         recorder = RecordTrials(
             database, budget, active, spaces=spaces, job_id=job_id, on_event=on_event, runner=runner
         )
-        builder = CandidateBuilder(max_workers=threads)
+        # Candidates compile on every core the process may use (measurement, in the runner,
+        # stays one at a time).
+        builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))
         try:
             ms.tune_tasks(
                 tasks=contexts,
                 task_weights=[float(plan.tasks[i].occurrences) for i in active],
                 work_dir=work_dir,
                 max_trials_global=sum(remaining),
-                max_trials_per_task=max(remaining),
+                max_trials_per_task=most,
                 num_trials_per_iter=max(2, min(32, min(remaining))),
                 builder=builder,
                 runner=runner,
@@ -450,6 +692,7 @@ def _search_pass(
                 measure_callbacks=[
                     recorder,
                     ms.measure_callback.RemoveBuildArtifact(),
+                    TrainCadence(cost_model),
                     ms.measure_callback.UpdateCostModel(),
                 ],
                 task_scheduler="gradient",
