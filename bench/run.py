@@ -6,9 +6,13 @@ TVM build, onnxruntime and OpenVINO interleaved on the same threads (``convtune 
 each contender in its best configuration alone in its own process (``convtune bench --isolated``,
 the headline), and profile the tuned artifact per layer next to onnxruntime (``convtune
 profile``). Writes ``bench/reports/<date>-<model>.md`` and ``.json``: end to end (both
-comparisons), per layer, tuning time, machine.
+comparisons), per layer, tuning time, machine, and the time-to-parity curve
+(``tuning_curve``): the model's estimated time against tuning minutes, as a table and a PNG
+(matplotlib, from the ``bench`` extra).
 
     python bench/run.py --models resnet18 --trials-per-task 2 --budget-minutes 3
+    python bench/run.py --models resnet50 --input-size 256 --label warm  # on the 224 run's DB
+    python bench/run.py --compare cold.json warm.json --out bench/reports  # overlay the curves
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import sys
 import time
 from typing import Any
 
+import onnx
 import onnxruntime
 import tvm
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from convtune.db.migrate import upgrade
+from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import data_dir, make_engine
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
 from convtune.tuner.ingest import load_model
@@ -40,7 +48,7 @@ from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, fm
 from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.zoo import BUILDERS, zoo_model
+from bench.zoo import BUILDERS, INPUT_NAME, zoo_model
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
 
@@ -101,6 +109,159 @@ def bench_section(title: str, bench: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def tuning_curve(
+    engine: Any,
+    model_id: int,
+    start: datetime.datetime,
+    end: datetime.datetime,
+    points: int = 24,
+) -> list[dict[str, Any]]:
+    """The model's estimated time against tuning minutes, from the database alone.
+
+    At each moment: Σ over the model's tasks of occurrences × the best time recorded for the
+    task's workload so far (records from before ``start`` count from minute 0: a warm database
+    starts ahead). A task with no record yet counts with the slowest time this run recorded for
+    it (a stand-in for an unscheduled kernel, which would be far slower still). Cheap: no
+    building or running, so it can be drawn at any resolution. Sampled at ``points`` moments
+    plus every moment the estimate fell by more than 5%.
+    """
+    with Session(engine) as session:
+        tasks = session.execute(
+            select(ModelWorkloadRow.workload_id, ModelWorkloadRow.occurrences).where(
+                ModelWorkloadRow.model_id == model_id
+            )
+        ).all()
+        occurrences: dict[int, int] = {}
+        for wid, occ in tasks:
+            if wid is not None:
+                occurrences[wid] = occurrences.get(wid, 0) + occ
+        rows = session.execute(
+            select(
+                TuningRecordRow.workload_id, TuningRecordRow.mean_sec, TuningRecordRow.created_at
+            )
+            .where(
+                TuningRecordRow.workload_id.in_(list(occurrences)),
+                TuningRecordRow.mean_sec.is_not(None),
+                TuningRecordRow.created_at <= end,
+            )
+            .order_by(TuningRecordRow.created_at, TuningRecordRow.id)
+        ).all()
+    best: dict[int, float] = {}
+    slowest: dict[int, float] = {}
+    for wid, sec, created in rows:
+        slowest[wid] = max(slowest.get(wid, 0.0), sec)
+        if created < start:
+            best[wid] = min(best.get(wid, sec), sec)
+
+    def estimate() -> tuple[float, int]:
+        total = sum(occ * best.get(wid, slowest.get(wid, 0.0)) for wid, occ in occurrences.items())
+        return total * 1e3, sum(1 for wid in occurrences if wid in best)
+
+    span = max((end - start).total_seconds(), 1e-9)
+    marks = [start + datetime.timedelta(seconds=span * k / points) for k in range(points + 1)]
+    curve: list[dict[str, Any]] = []
+
+    def add(moment: datetime.datetime) -> None:
+        ms, covered = estimate()
+        curve.append(
+            {
+                "minutes": (moment - start).total_seconds() / 60,
+                "est_ms": ms,
+                "tasks_with_record": covered,
+                "tasks": len(occurrences),
+            }
+        )
+
+    add(start)
+    for wid, sec, created in rows:
+        if created < start:
+            continue
+        while marks and marks[0] < created:
+            if marks[0] > start:
+                add(marks[0])
+            marks.pop(0)
+        before = estimate()[0]
+        best[wid] = min(best.get(wid, sec), sec)
+        if estimate()[0] < 0.95 * before:
+            add(created)
+    for moment in marks:
+        if moment > start:
+            add(moment)
+    return curve
+
+
+def calibrate_curve(curve: list[dict[str, Any]], bench: dict[str, Any]) -> None:
+    """Adds ``ratio_vs_ort`` to every point: the estimate scaled so that the last point equals
+    the measured end-to-end ratio (tuned artifact / onnxruntime, interleaved). The estimate
+    leaves out layout transforms and other glue, so its shape, not its level, is what counts."""
+    tuned = bench["results"].get("tuned", {}).get("time_vs_ort")
+    last = curve[-1]["est_ms"] if curve else 0.0
+    for point in curve:
+        point["ratio_vs_ort"] = tuned * point["est_ms"] / last if tuned and last else None
+
+
+def curve_markdown(curve: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| minutes | Σ best × occurrences (ms) | est. time / onnxruntime | tasks with a record |",
+        "|---:|---:|---:|---:|",
+    ]
+    for p in curve:
+        lines.append(
+            f"| {p['minutes']:.2f} | {p['est_ms']:.2f} | {fmt(p.get('ratio_vs_ort'), '.2f')} | "
+            f"{p['tasks_with_record']}/{p['tasks']} |"
+        )
+    return lines
+
+
+def plot_curves(curves: dict[str, list[dict[str, Any]]], path: pathlib.Path, title: str) -> bool:
+    """Ratio to onnxruntime against tuning minutes, one line per run, as a PNG; False when
+    matplotlib is not installed (``pip install -e '.[bench]'``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for label, curve in curves.items():
+        points = [p for p in curve if p.get("ratio_vs_ort") is not None]
+        ax.plot(
+            [p["minutes"] for p in points],
+            [p["ratio_vs_ort"] for p in points],
+            marker=".",
+            label=label,
+        )
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="onnxruntime")
+    ax.set_xlabel("tuning minutes")
+    ax.set_ylabel("estimated time / onnxruntime")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def resized_model(name: str, size: int | None) -> tuple[str, bytes | pathlib.Path]:
+    """The zoo model, its input made ``size``×``size`` when given (every conv workload then has
+    other spatial extents: a new workload for the database)."""
+    path = zoo_model(name)
+    if size is None:
+        return name, path
+    model = onnx.load(path)
+    for value in model.graph.input:
+        if value.name == INPUT_NAME:
+            dims = value.type.tensor_type.shape.dim
+            dims[2].dim_value = size
+            dims[3].dim_value = size
+    # Intermediate shapes were inferred for the old size: let shape inference redo them.
+    del model.graph.value_info[:]
+    return f"{name}-{size}", model.SerializeToString()
+
+
 def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
     """``<date>-<model>.json`` (everything) and ``.md`` (the tables); returns the .md path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +289,19 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         *markdown(PROFILE_COLUMNS, report["profile"]),
         "",
     ]
+    curve = report.get("curve")
+    if curve:
+        png = stem.with_name(stem.name + "-curve.png")
+        label = report.get("label") or name
+        drawn = plot_curves({label: curve}, png, f"{name}: time to parity ({label})")
+        md += [
+            f"## Time to parity ({label}: {report['tuning'].get('reused_workloads', 0)} of "
+            f"{curve[-1]['tasks']} workloads had records before the run)",
+            "",
+            *([f"![curve]({png.name})", ""] if drawn else []),
+            *curve_markdown(curve),
+            "",
+        ]
     path = stem.with_suffix(".md")
     path.write_text("\n".join(md))
     return path
@@ -151,11 +325,14 @@ def run_isolated(
 
 def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult) -> dict:
     """Tune, bench and profile one zoo model; returns the report (also stored on the artifact)."""
-    ingested = load_model(zoo_model(name))
+    name, source = resized_model(name, args.input_size)
+    ingested = load_model(source, name=name)
     target = make_target(args.target)
     threads = target_threads(target, args.threads)
     out_dir = data_dir() / "bench" / name
     print(f"[{name}] tuning ({args.trials_per_task} trials/task, {args.budget_minutes} min)")
+    events: list[tuple[str, dict[str, Any]]] = []
+    started_at = datetime.datetime.now(datetime.UTC)
     start = time.perf_counter()
     options = TuneOptions(
         target=args.target,
@@ -164,8 +341,15 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         threads=threads,
         layout=args.layout,
     )
-    tuned = tune_model(ingested, out_dir, options, engine=engine)
+    tuned = tune_model(
+        ingested,
+        out_dir,
+        options,
+        engine=engine,
+        on_event=lambda kind, payload: events.append((kind, payload)),
+    )
     tuning_s = time.perf_counter() - start
+    ended_at = datetime.datetime.now(datetime.UTC)
     peak_gflops = peak_for_threads(peak, threads)
     print(f"[{name}] bench ({args.rounds} rounds)")
     untuned = None if args.skip_untuned else untuned_library(ingested, target, data_dir())
@@ -194,9 +378,17 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         bench_doc["isolated"] = isolated
     store_artifact_results(engine, tuned.artifact_id, bench=bench_doc, profile=rows)
     search = tuned.manifest["search"]
+    curve = tuning_curve(engine, tuned.model_id, started_at, ended_at)
+    calibrate_curve(curve, bench_doc)
+    planned = next((p for kind, p in events if kind == "search_planned"), {})
+    warm = next((p for kind, p in events if kind == "cost_model_warm_start"), None)
     return {
         "date": args.date,
         "model": name,
+        "label": args.label,
+        "curve": curve,
+        "cost_model": warm,
+        "allocation": planned.get("allocation", []),
         "artifact_id": tuned.artifact_id,
         "machine": machine(),
         "peak": peak.as_dict(),
@@ -207,6 +399,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
             "budget_minutes": args.budget_minutes,
             "reason": search["reason"],
             "untuned_tasks": tuned.manifest["untuned_tasks"],
+            "reused_workloads": curve[0]["tasks_with_record"] if curve else 0,
         },
         "bench": bench_doc,
         "bench_isolated": isolated,
@@ -234,6 +427,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--db", default=None, help="Database URL (default: the data dir's).")
     parser.add_argument("--out", type=pathlib.Path, default=REPORTS)
+    parser.add_argument("--input-size", type=int, default=None, help="Square input, e.g. 256.")
+    parser.add_argument("--label", default="", help="Run label in the curve, e.g. cold or warm.")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        type=pathlib.Path,
+        default=None,
+        help="Report JSONs whose curves to overlay in one PNG (no tuning).",
+    )
     args = parser.parse_args(argv)
     unknown = [m for m in args.models.split(",") if m not in BUILDERS]
     if unknown:
@@ -242,8 +444,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def compare(paths: list[pathlib.Path], out_dir: pathlib.Path) -> pathlib.Path:
+    """One PNG with the curves of several reports (e.g. cold and warm), and their table."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    curves = {f"{r['model']} {r.get('label') or ''}".strip(): r["curve"] for r in reports}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / ("compare-" + "-".join(p.stem for p in paths))
+    plot_curves(curves, stem.with_suffix(".png"), "time to parity")
+    lines = [f"# Time to parity: {', '.join(curves)}", "", f"![curves]({stem.name}.png)", ""]
+    for label, curve in curves.items():
+        lines += [f"## {label}", "", *curve_markdown(curve), ""]
+    stem.with_suffix(".md").write_text("\n".join(lines))
+    return stem.with_suffix(".md")
+
+
 def main(argv: list[str] | None = None) -> list[pathlib.Path]:
     args = parse_args(argv)
+    if args.compare:
+        return [compare(args.compare, args.out)]
     upgrade(args.db)
     engine = make_engine(args.db)
     target = make_target(args.target)

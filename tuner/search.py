@@ -164,44 +164,45 @@ def task_outlook(
     return TaskOutlook(seconds, best_gflops, reference_gflops, gain)
 
 
-def allocate(gains: Sequence[float], total: int, floor: int, cap: int) -> list[int]:
-    """Split ``total`` trials over tasks in proportion to ``gains``, each within [floor, cap].
+def allocate(
+    gains: Sequence[float], total: int, low: Sequence[int], high: Sequence[int]
+) -> list[int]:
+    """Split ``total`` trials over tasks in proportion to ``gains``, task i within
+    [``low[i]``, ``high[i]``].
 
-    Water-filling: tasks whose share falls outside the bounds are pinned to them and the rest
-    re-split, so the sum is ``total`` whenever ``floor·n <= total <= cap·n``.
+    Water-filling: tasks whose share falls outside their bounds are pinned to them and the rest
+    re-split, so the sum is ``total`` whenever ``sum(low) <= total <= sum(high)`` (else it is
+    the nearer of the two).
     """
     n = len(gains)
     if n == 0:
         return []
-    total = max(floor * n, min(total, cap * n))
+    total = max(sum(low), min(total, sum(high)))
     pinned: dict[int, int] = {}
-    while True:
+    shares: dict[int, float] = {}
+    while len(pinned) < n:
         free = [i for i in range(n) if i not in pinned]
         left = total - sum(pinned.values())
         weight = sum(max(gains[i], 0.0) for i in free)
         shares = {
-            i: (left * max(gains[i], 0.0) / weight if weight > 0 else left / len(free))
-            for i in free
+            i: left * max(gains[i], 0.0) / weight if weight > 0 else left / len(free) for i in free
         }
-        over = {i for i, v in shares.items() if v > cap}
-        under = {i for i, v in shares.items() if v < floor}
+        over = [i for i in free if shares[i] > high[i]]
+        under = [i for i in free if shares[i] < low[i]]
         if not over and not under:
             break
-        for i in over:
-            pinned[i] = cap
-        if not over:
-            for i in under:
-                pinned[i] = floor
-        if len(pinned) == n:
-            break
+        # Pin the side that is out of bounds by more first; the other may then fit.
+        if sum(shares[i] - high[i] for i in over) >= sum(low[i] - shares[i] for i in under):
+            pinned.update({i: high[i] for i in over})
+        else:
+            pinned.update({i: low[i] for i in under})
     out = [pinned.get(i, 0) for i in range(n)]
     free = [i for i in range(n) if i not in pinned]
-    # Largest remainders, so the integer trials add up to the total.
-    exact = {i: shares[i] for i in free}
     for i in free:
-        out[i] = int(exact[i])
+        out[i] = int(shares[i])
+    # Largest remainders, so the integer trials add up to the total.
     rest = total - sum(out)
-    for i in sorted(free, key=lambda i: exact[i] - int(exact[i]), reverse=True)[: max(rest, 0)]:
+    for i in sorted(free, key=lambda i: shares[i] - int(shares[i]), reverse=True)[: max(rest, 0)]:
         out[i] += 1
     return out
 
@@ -216,9 +217,12 @@ def plan_search(
 ) -> SearchPlan:
     """Budgets per task: elementwise tasks a fixed few, the others by expected gain.
 
-    The conv/gemm/matmul tasks share ``trials_per_task`` × their number; each gets between
-    ``ALLOCATION_FLOOR`` and ``ALLOCATION_CAP`` × ``trials_per_task`` in proportion to its
-    ``TaskOutlook.gain``. Budgets count recorded trials, so a resumed job continues.
+    The conv/gemm/matmul tasks of the model share a pool of ``trials_per_task`` × their number,
+    minus the trials already recorded for them (by this job before it was killed, or by any
+    model with the same workloads): a re-run of a tuned model measures nothing, a resumed one
+    spends what is left. The pool goes to the tasks in proportion to ``TaskOutlook.gain``; a task
+    never measured gets at least ``ALLOCATION_FLOOR`` × ``trials_per_task``, none more than
+    ``ALLOCATION_CAP`` × ``trials_per_task`` in all.
     """
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
@@ -236,25 +240,20 @@ def plan_search(
             )
         )
     caps = list(budgets)
-    # A task that had its trials (by this model or any other) is not searched again: only the
-    # tasks still short of their trials share the pool.
-    searched = [
-        i
-        for i, task in enumerate(tasks)
-        if task.kind != "other" and (retune or done[i] < budgets[i])
-    ]
+    searched = [i for i, task in enumerate(tasks) if task.kind != "other"]
     floor = max(1, round(ALLOCATION_FLOOR * trials_per_task))
     cap = max(trials_per_task, round(ALLOCATION_CAP * trials_per_task))
-    shares = allocate(
+    recorded = [min(done[i], cap) for i in searched]
+    pool = max(0, trials_per_task * len(searched) - sum(recorded))
+    new_trials = allocate(
         [outlooks[i].gain for i in searched],  # type: ignore[union-attr]
-        trials_per_task * len(searched),
-        floor,
-        cap,
+        pool,
+        [floor if d == 0 and pool else 0 for d in recorded],
+        [cap - d for d in recorded],
     )
-    for i, share in zip(searched, shares, strict=True):
-        # Resumed: the share includes what is recorded; retune: it comes on top (done is 0).
-        budgets[i] = share
-        caps[i] = cap
+    for i, extra in zip(searched, new_trials, strict=True):
+        budgets[i] = done[i] + extra
+        caps[i] = max(budgets[i], cap)
     return SearchPlan(list(tasks), workload_ids, budgets, done, outlooks, caps)
 
 

@@ -73,7 +73,14 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
         "conv1",
         "conv2",
     ]
-    assert all(layer["trials"] == 16 and layer["best_gflops"] > 0 for layer in conv_layers)
+    # The three convs share 3 × 16 trials by expected gain; early stops may leave some unspent.
+    assert all(4 <= layer["trials"] <= 32 and layer["best_gflops"] > 0 for layer in conv_layers)
+    assert sum(layer["trials"] for layer in conv_layers) <= 48
+    planned = dict(seen)["search_planned"]
+    convs = [row for row in planned["allocation"] if row["kind"] == "conv"]
+    assert len(convs) == 3 and sum(row["trials"] for row in convs) == 48
+    gains = [row["gain_ms"] for row in planned["allocation"]]
+    assert gains == sorted(gains, reverse=True)  # searched in order of expected gain
     assert [kind for kind, _ in seen][-2:] == ["verified", "done"]
 
     # Side by side in one process, same threads: tuned vs TVM's unscheduled loops.
@@ -156,8 +163,21 @@ def test_killed_tuning_resumes_from_the_database(tmp_path):
         # Nothing measured before the kill was lost, and the indices continue where they stopped.
         assert after[task][: len(indices)] == indices
         assert after[task] == list(range(len(after[task])))
-    # Budgets hold across both runs: 6 per conv/gemm task, fewer for tiny spaces, never more.
-    assert all(len(indices) <= 6 for indices in after.values())
+    # Budgets hold across both runs: the conv tasks share 6 each (none more than 12), the
+    # others 6 at most.
+    engine = make_engine(url)
+    with Session(engine) as session:
+        kinds = dict(
+            session.execute(
+                select(WorkloadRow.task_name, ModelWorkloadRow.kind).join(
+                    ModelWorkloadRow, ModelWorkloadRow.workload_id == WorkloadRow.id
+                )
+            ).all()
+        )
+    engine.dispose()
+    conv = [len(indices) for task, indices in after.items() if kinds[task] == "conv"]
+    assert conv and sum(conv) <= 6 * len(conv) and max(conv) <= 12
+    assert all(len(i) <= 6 for task, i in after.items() if kinds[task] != "conv")
     assert sum(map(len, after.values())) > recorded_before
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["search"]["trials_measured"] == sum(map(len, after.values())) - recorded_before
