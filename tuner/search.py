@@ -67,6 +67,9 @@ ALLOCATION_CAP = 2.0
 # An untuned task is assumed to reach half the reference rate with its first trials: its expected
 # gain is then the time it would take at the reference (the share of FLOPs, for a cold search).
 UNTUNED_FRACTION = 0.5
+# The reference when neither a peak nor a record of the kind is known: it only turns FLOPs into
+# seconds (the allocation is then by FLOP share, which needs no rate).
+NOMINAL_GFLOPS = 100.0
 
 
 @dataclass
@@ -153,15 +156,10 @@ def task_outlook(
     """The expected gain of tuning ``task`` further (see ``TaskOutlook``)."""
     occurrences = task.occurrences
     best_gflops = task.flops / best_sec / 1e9 if best_sec and task.flops else None
-    at_reference = occurrences * task.flops / (reference_gflops * 1e9) if reference_gflops else None
-    if best_sec is None:
-        # Untuned: no time known yet (a naive loop nest is no guide to what tuning reaches).
-        seconds = at_reference / UNTUNED_FRACTION if at_reference else occurrences * task.flops
-        gain = seconds - (at_reference or 0.0)
-    else:
-        seconds = occurrences * best_sec
-        gain = max(0.0, seconds - at_reference) if at_reference is not None else seconds
-    return TaskOutlook(seconds, best_gflops, reference_gflops, gain)
+    at_reference = occurrences * task.flops / ((reference_gflops or NOMINAL_GFLOPS) * 1e9)
+    # Untuned: no time known yet (a naive loop nest is no guide to what tuning reaches).
+    seconds = at_reference / UNTUNED_FRACTION if best_sec is None else occurrences * best_sec
+    return TaskOutlook(seconds, best_gflops, reference_gflops, max(0.0, seconds - at_reference))
 
 
 def allocate(
