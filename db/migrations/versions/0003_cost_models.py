@@ -1,7 +1,7 @@
 """Cost models: one persisted XGBoost cost model per target.
 
 Revision ID: 0003
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-30 04:20:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
