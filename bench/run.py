@@ -332,7 +332,14 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
     out_dir = data_dir() / "bench" / name
     print(f"[{name}] tuning ({args.trials_per_task} trials/task, {args.budget_minutes} min)")
     events: list[tuple[str, dict[str, Any]]] = []
-    started_at = datetime.datetime.now(datetime.UTC)
+    # The curve's minute 0: when the search planned its trials (after extraction, before the
+    # cost model's warm start, which is part of the search's time).
+    moments: dict[str, datetime.datetime] = {"begun": datetime.datetime.now(datetime.UTC)}
+
+    def on_event(kind: str, payload: dict[str, Any]) -> None:
+        events.append((kind, payload))
+        moments.setdefault(kind, datetime.datetime.now(datetime.UTC))
+
     start = time.perf_counter()
     options = TuneOptions(
         target=args.target,
@@ -346,7 +353,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         out_dir,
         options,
         engine=engine,
-        on_event=lambda kind, payload: events.append((kind, payload)),
+        on_event=on_event,
     )
     tuning_s = time.perf_counter() - start
     ended_at = datetime.datetime.now(datetime.UTC)
@@ -378,7 +385,8 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         bench_doc["isolated"] = isolated
     store_artifact_results(engine, tuned.artifact_id, bench=bench_doc, profile=rows)
     search = tuned.manifest["search"]
-    curve = tuning_curve(engine, tuned.model_id, started_at, ended_at)
+    started_at = moments.get("search_planned", ended_at)
+    curve = tuning_curve(engine, tuned.model_id, started_at, moments.get("build_started", ended_at))
     calibrate_curve(curve, bench_doc)
     planned = next((p for kind, p in events if kind == "search_planned"), {})
     warm = next((p for kind, p in events if kind == "cost_model_warm_start"), None)
@@ -388,6 +396,10 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         "label": args.label,
         "curve": curve,
         "cost_model": warm,
+        "extraction_minutes": (
+            moments.get("extracted", started_at) - moments["begun"]
+        ).total_seconds()
+        / 60,
         "allocation": planned.get("allocation", []),
         "artifact_id": tuned.artifact_id,
         "machine": machine(),
