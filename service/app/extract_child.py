@@ -26,7 +26,7 @@ from .dbbusy import with_retries
 from .extraction import ExtractRequest
 from .limits import check_model
 
-_NODES_PER_NICE_STEP = 200
+_NODES_PER_NICE_STEP = 100
 
 
 def _register(request: ExtractRequest) -> int:

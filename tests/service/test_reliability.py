@@ -306,8 +306,8 @@ def _timed_upload(service: Service, token: str, data: bytes, out: dict, key: str
 
 
 def test_a_big_graph_does_not_delay_another_clients_upload(limited):
-    """A 1500-node chain (~8 s of extraction here) from A; B's small upload meanwhile takes at
-    most a second longer than alone."""
+    """A 1500-node chain (~8 s of extraction alone) from A; B's small upload meanwhile takes at
+    most a second longer than alone. The machine is shared: each figure is the best of two."""
     results: dict[str, tuple[float, object]] = {}
     for seed in (540, 541):
         _timed_upload(limited, WRITER_C, to_bytes(conv_net(seed=seed)), results, f"alone{seed}")
@@ -316,17 +316,21 @@ def test_a_big_graph_does_not_delay_another_clients_upload(limited):
         target=_timed_upload,
         args=(limited, WRITER_A, to_bytes(relu_chain(1500)), results, "big"),
     )
+    big_started = time.monotonic()
     big.start()
     time.sleep(1.5)  # the chain is in its extraction child by now
-    _timed_upload(limited, WRITER_C, to_bytes(conv_net(seed=542)), results, "small")
+    for seed in (542, 543):
+        _timed_upload(limited, WRITER_C, to_bytes(conv_net(seed=seed)), results, f"next{seed}")
     small_done = time.monotonic()
     big.join()
-    took, response = results["small"]
-    assert response.status_code == 201, response.text  # type: ignore[attr-defined]
     big_took, big_response = results["big"]
     assert big_response.status_code == 201, big_response.text  # type: ignore[attr-defined]
-    assert big_took > took + 1.0, "the big upload was not slow enough to show anything"
-    assert small_done < time.monotonic()
+    for seed in (542, 543):
+        response = results[f"next{seed}"][1]
+        assert response.status_code == 201, response.text  # type: ignore[attr-defined]
+    # Both small uploads ended while the big one was still extracting.
+    assert small_done < big_started + big_took
+    took = min(results[f"next{s}"][0] for s in (542, 543))
     assert took - alone < 1.0, f"alone {alone:.2f} s, next to the big graph {took:.2f} s"
 
 

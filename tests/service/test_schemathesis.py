@@ -29,6 +29,23 @@ CHECKS = [
 ]
 
 
+def property_test(strategy, base_url: str, checks: list):
+    """One hypothesis test of an operation: generated requests, each response checked."""
+
+    @hypothesis.given(case=strategy)
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: schemathesis.Case) -> None:
+        case.call_and_validate(base_url=base_url, checks=checks, timeout=60)
+
+    return run
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_server_error_and_no_schema_mismatch(service, mode):
     with service.client() as client:
@@ -45,18 +62,7 @@ def test_no_server_error_and_no_schema_mismatch(service, mode):
         strategy = operation.as_strategy(generation_mode=mode)
         # /healthz answers a documented 503 while generated jobs wait and no worker runs here.
         checks = CHECKS[1:] if operation.path == "/healthz" else CHECKS
-
-        @hypothesis.given(case=strategy)
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        def run(case: schemathesis.Case, checks: list = checks) -> None:
-            case.call_and_validate(base_url=service.url, checks=checks, timeout=60)
-
+        run = property_test(strategy, service.url, checks)
         try:
             run()
         except hypothesis.errors.Unsatisfiable:
