@@ -5,26 +5,27 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONVTUNE = str(Path(sys.executable).with_name("convtune"))
 
 
-def test_cli_help_imports_no_tvm_and_is_fast() -> None:
-    probe = "import sys, convtune.service.cli; print(sorted({'tvm', 'onnx'} & set(sys.modules)))"
+# What makes `convtune --help` slow is what it imports (TVM alone took ~0.5 s, onnx and
+# onnxruntime more); the import set is asserted, not a wall-clock time, which a loaded machine
+# would make flaky. Measured on a quiet machine: 0.80 s before TVM left the import path, 0.15 s
+# after (`time convtune --help`, warm).
+HEAVY = ("tvm", "onnx", "onnxruntime", "numpy", "sqlalchemy", "fastapi", "xgboost")
+
+
+def test_cli_help_imports_nothing_heavy() -> None:
+    probe = f"import sys, convtune.service.cli; print(sorted(set({HEAVY!r}) & set(sys.modules)))"
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
-    subprocess.run([CONVTUNE, "--help"], capture_output=True, check=True)  # warm the cache
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        subprocess.run([CONVTUNE, "--help"], capture_output=True, check=True)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.5, f"convtune --help took {best:.2f} s"
+    out = subprocess.run([CONVTUNE, "--help"], capture_output=True, text=True, check=True)
+    assert "tune" in out.stdout and "workloads" in out.stdout
 
 
 def test_worker_and_errors_import_no_tvm() -> None:
