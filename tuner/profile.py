@@ -261,20 +261,13 @@ def _vm_args(vm: object, feeds: Mapping[str, np.ndarray], device: object) -> lis
     return [tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), device) for n in names]
 
 
-def tvm_layer_times(
+def _warm_vm(
     vm_module_path: str | os.PathLike[str],
     feeds: Mapping[str, np.ndarray],
     threads: int,
-    *,
-    runs: int = 5,
-) -> dict[str, float]:
-    """Median milliseconds per compiled function (fused TIR kernel) of a built Relax VM library.
-
-    ``vm_module_path`` is a library exported by ``Executable.export_library``; ``feeds`` are keyed
-    by the names of ``main``'s parameters. One un-instrumented warm-up run precedes ``runs`` timed
-    runs; a function called several times in a run (one kernel shared by identical layers)
-    reports the sum of its calls. VM builtins (allocation, reshape views) are left out.
-    """
+    runs: int,
+) -> tuple[Any, list]:
+    """The library's Relax VM and its arguments, after one warm-up run."""
     import tvm
     from tvm import relax
 
@@ -290,6 +283,41 @@ def tvm_layer_times(
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), device)
     args = _vm_args(vm, feeds, device)
     vm["main"](*args)
+    return vm, args
+
+
+def tvm_end_to_end_ms(
+    vm_module_path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    *,
+    runs: int = 5,
+) -> float:
+    """Median milliseconds of a whole un-instrumented run of ``main`` (after one warm-up)."""
+    vm, args = _warm_vm(vm_module_path, feeds, threads, runs)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        vm["main"](*args)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
+
+
+def tvm_layer_times(
+    vm_module_path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    *,
+    runs: int = 5,
+) -> dict[str, float]:
+    """Median milliseconds per compiled function (fused TIR kernel) of a built Relax VM library.
+
+    ``vm_module_path`` is a library exported by ``Executable.export_library``; ``feeds`` are keyed
+    by the names of ``main``'s parameters. One un-instrumented warm-up run precedes ``runs`` timed
+    runs; a function called several times in a run (one kernel shared by identical layers)
+    reports the sum of its calls. VM builtins (allocation, reshape views) are left out.
+    """
+    vm, args = _warm_vm(vm_module_path, feeds, threads, runs)
 
     starts: list[float] = []
     current: dict[str, float] = {}
@@ -323,6 +351,8 @@ def tvm_layer_times(
 
 #: Layer name of the row that collects onnxruntime kernels no TVM layer covers (pooling, layout).
 ORT_OTHER = "(onnxruntime: other nodes)"
+#: Layer name of the row holding the end-to-end time no TVM kernel accounts for.
+OUTSIDE_KERNELS = "(outside kernels)"
 PROFILE_COLUMNS = (
     "layer",
     "op",
@@ -366,7 +396,9 @@ def profile_model(
 
     One row per fused TIR task of ``extract_tasks`` that runs (structurally equal layers share a
     task and a row; ``calls`` counts them) and per compiled function no task covers, slowest
-    first, then :data:`ORT_OTHER`. ``ms`` is the summed median time of the task's functions in
+    first, then :data:`OUTSIDE_KERNELS` (``ms`` = the median end-to-end time of un-instrumented
+    runs, also in ``end_to_end_ms``, minus the kernels' sum, at least 0), then :data:`ORT_OTHER`.
+    ``ms`` is the summed median time of the task's functions in
     one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
     ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
@@ -426,6 +458,18 @@ def profile_model(
     for symbol in per_row.keys() - {t.name for t in tasks}:
         add(symbol, _op_label(symbol), "", [], 1, 0.0)
     rows.sort(key=lambda row: -(row["ms"] or 0.0))
+    # What no kernel accounts for: VM dispatch, allocation, the Python call. Measured on
+    # un-instrumented runs, so the hook's own cost is not in it (0 when noise makes the sum of
+    # kernels exceed the end-to-end time).
+    end_to_end = tvm_end_to_end_ms(so_path, feeds, threads, runs=runs)
+    rows.append(
+        {
+            "layer": OUTSIDE_KERNELS, "op": "", "shape": f"end to end {end_to_end:.3f} ms",
+            "onnx_nodes": [], "calls": 0, "flops": 0.0, "ms": max(0.0, end_to_end - total),
+            "ort_ms": None, "gflops": None, "pct_peak": None, "share": None,
+            "end_to_end_ms": end_to_end,
+        }
+    )  # fmt: skip
     rest = sum(ms for name, ms in ort_ms.items() if name not in attributed)
     rows.append(
         {

@@ -9,7 +9,12 @@ from convtune.tuner.bench import untuned_library
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
-from convtune.tuner.profile import ORT_OTHER, ort_node_times, profile_model
+from convtune.tuner.profile import (
+    ORT_OTHER,
+    OUTSIDE_KERNELS,
+    ort_node_times,
+    profile_model,
+)
 from convtune.tuner.target import make_target
 from tests.models import _vi, make_model, three_conv_cnn
 
@@ -170,6 +175,11 @@ def test_profile_rows_cover_every_anchor_node_once(build, tmp_path):
     assert rows[-1]["layer"] == ORT_OTHER
     shares = [r["share"] for r in rows if r["share"] is not None]
     assert sum(shares) == pytest.approx(1.0)
+    # The time outside kernels is a figure of its own: end to end minus the kernels' sum.
+    outside = next(r for r in rows if r["layer"] == OUTSIDE_KERNELS)
+    kernels = sum(r["ms"] for r in rows if r["share"] is not None)
+    assert outside["ms"] == pytest.approx(max(0.0, outside["end_to_end_ms"] - kernels))
+    assert outside["end_to_end_ms"] > 0.5 * kernels
 
 
 def test_profile_groups_structurally_equal_layers(tmp_path):
