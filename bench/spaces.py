@@ -5,7 +5,11 @@ NCHW space and in the blocked NCHW[x]c space, then the two artifacts and onnxrun
 threads) timed interleaved in one process. Reports GFLOP/s, % of the measured peak, and the ratio
 to onnxruntime, per layer, as Markdown and JSON under bench/reports/.
 
-    .venv/bin/python bench/spaces.py --trials 32 --workloads 4
+    .venv/bin/python -m bench.spaces --trials 32 --workloads 4
+    .venv/bin/python -m bench.spaces --trials 16 --layouts nchwc --match 7×7 --match '1×1 s1 @56'
+
+Per layer it reports each space's best kernel (as the tuner measured it, alone) against
+onnxruntime's Conv kernel (its profiler), and the one-Conv models end to end, interleaved.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ import time
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
 from bench.zoo import resnet50, workload_key
 from convtune.db.migrate import upgrade
+from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import make_engine
 from convtune.tuner.flops import node_flops, static_shapes
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import Layout, TuneOptions
 from convtune.tuner.peak import measure_peak
 from convtune.tuner.pipeline import tune_model
+from convtune.tuner.profile import ort_node_times
 from convtune.tuner.reference import ort_session
 from convtune.tuner.runtime import Artifact, set_threads
 from convtune.tuner.target import physical_cores
@@ -88,13 +96,36 @@ def describe(entry: dict) -> str:
     return f"{x[1]}→{w[0]} {w[2]}×{w[3]} s{attrs.get('strides', [1])[0]} @{x[2]}×{x[3]}"
 
 
+def best_per_space(engine: Engine, model_id: int) -> dict[str, float]:
+    """Fastest measured seconds of the model's conv task, per schedule space that produced it."""
+    query = (
+        select(TuningRecordRow.space, func.min(TuningRecordRow.mean_sec))
+        .join(ModelWorkloadRow, ModelWorkloadRow.workload_id == TuningRecordRow.workload_id)
+        .where(ModelWorkloadRow.model_id == model_id, ModelWorkloadRow.kind == "conv")
+        .where(TuningRecordRow.mean_sec.is_not(None))
+        .group_by(TuningRecordRow.space)
+    )
+    with Session(engine) as session:
+        return {str(space): float(sec) for space, sec in session.execute(query)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--workloads", type=int, default=4, help="how many, biggest share first")
+    parser.add_argument(
+        "--match",
+        action="append",
+        default=[],
+        help="only workloads whose description contains this (repeatable), e.g. '7×7' '@56×56'",
+    )
+    parser.add_argument(
+        "--layouts", default=",".join(LAYOUTS), help="comma-separated: nchw, nchwc (default both)"
+    )
     parser.add_argument("--threads", type=int, default=physical_cores())
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args(argv)
+    layouts = [Layout.parse(name) for name in args.layouts.split(",")]
 
     peak = measure_peak(args.threads)
     set_threads(args.threads)
@@ -103,13 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     url = f"sqlite:///{work / 'spaces.db'}"
     upgrade(url)
     engine = make_engine(url)
-    for number, entry in enumerate(unique_convs()[: args.workloads]):
+    selected = [
+        entry
+        for entry in unique_convs()
+        if not args.match or any(m in describe(entry) for m in args.match)
+    ][: args.workloads]
+    for number, entry in enumerate(selected):
         model = single_conv(entry)
-        ingested = load_model(model.SerializeToString(), name=f"conv{number}")
+        model_bytes = model.SerializeToString()
+        ingested = load_model(model_bytes, name=f"conv{number}")
         feeds = random_feeds(ingested.inputs)
+        gflop = entry["flops"] / 1e9
         runners = {}
         tuning_s = {}
-        for layout in LAYOUTS:
+        kernels: dict[str, float] = {}
+        for layout in layouts:
             started = time.monotonic()
             result = tune_model(
                 ingested,
@@ -119,19 +158,28 @@ def main(argv: list[str] | None = None) -> int:
             )
             tuning_s[layout] = time.monotonic() - started
             runners[layout] = Artifact.load(result.so_path, ["x"]).runner(feeds)
-        session = ort_session(model.SerializeToString(), args.threads)
+            for space, sec in best_per_space(engine, result.model_id).items():
+                kernels[f"{layout}/{space}"] = sec
+        session = ort_session(model_bytes, args.threads)
         runners["onnxruntime"] = lambda s=session, f=feeds: s.run(None, f)
         stats = interleaved(runners, warmup=3, rounds=args.rounds, min_round_s=0.02)
-        gflop = entry["flops"] / 1e9
-        row = {
+        # onnxruntime's conv kernel alone (its profiler), next to our kernels measured alone by
+        # the tuner: the single-Conv models pay layout reorders on both sides.
+        ort_kernels = ort_node_times(model_bytes, feeds, args.threads, runs=args.rounds)
+        row: dict = {
             "workload": describe(entry),
             "count": entry["count"],
             "gflop": gflop,
             "tuning_s": tuning_s,
+            "kernels_gflops": {name: gflop / sec for name, sec in kernels.items()},
+            "ort_kernel_gflops": gflop / (ort_kernels["conv"] / 1e3),
+            "ort_other_ms": {k: v for k, v in ort_kernels.items() if k != "conv"},
         }
         for name, stat in stats.items():
             row[name] = {
                 "ms": stat.median * 1e3,
+                "p10_ms": stat.p10 * 1e3,
+                "p90_ms": stat.p90 * 1e3,
                 "gflops": gflop / stat.median,
                 "pct_peak": 100 * gflop / stat.median / peak.gflops_all,
             }
@@ -145,27 +193,54 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     REPORTS.mkdir(exist_ok=True)
-    stem = REPORTS / f"spaces-{report['date'][:10]}-t{args.trials}"
+    stem = REPORTS / f"spaces-{report['date'][:16].replace(':', '')}-t{args.trials}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    lines = [
-        f"# Schedule spaces on ResNet-50 v1.5 convolutions ({args.trials} trials, "
-        f"{args.threads} threads, peak {peak.gflops_all:.0f} GFLOP/s)",
-        "",
-        "| workload | × | GFLOP | NCHW GFLOP/s | NCHWc GFLOP/s | onnxruntime GFLOP/s | "
-        "best / ORT | best % peak |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        best = max(row[layout]["gflops"] for layout in LAYOUTS)
-        lines.append(
-            f"| {row['workload']} | {row['count']} | {row['gflop']:.3f} | "
-            f"{row['nchw']['gflops']:.0f} | {row['nchwc']['gflops']:.0f} | "
-            f"{row['onnxruntime']['gflops']:.0f} | {best / row['onnxruntime']['gflops']:.2f} | "
-            f"{100 * best / peak.gflops_all:.0f}% |"
-        )
+    lines = markdown_report(report, layouts)
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def markdown_report(report: dict, layouts: list[Layout]) -> list[str]:
+    """Two tables: kernels alone (best of each space vs onnxruntime's conv kernel), and the
+    one-Conv models end to end, interleaved."""
+    rows = report["rows"]
+    spaces = sorted({name for row in rows for name in row["kernels_gflops"]})
+    peak = report["peak_gflops"]
+    lines = [
+        f"# Schedule spaces on ResNet-50 v1.5 convolutions ({report['trials']} trials, "
+        f"{report['threads']} threads, peak {peak:.0f} GFLOP/s, {report['date']})",
+        "",
+        "## Kernels alone (GFLOP/s): best trial of each space vs onnxruntime's Conv kernel",
+        "",
+        "| workload | × | GFLOP | " + " | ".join(spaces) + " | onnxruntime | best / ORT |",
+        "|---|---|---|" + "---|" * len(spaces) + "---|---|",
+    ]
+    for row in rows:
+        figures = row["kernels_gflops"]
+        best = max(figures.values(), default=0.0)
+        cells = [f"{figures[s]:.0f}" if s in figures else "–" for s in spaces]
+        lines.append(
+            f"| {row['workload']} | {row['count']} | {row['gflop']:.3f} | " + " | ".join(cells)
+            + f" | {row['ort_kernel_gflops']:.0f} | {best / row['ort_kernel_gflops']:.2f} |"
+        )  # fmt: skip
+    names = [str(layout) for layout in layouts]
+    lines += [
+        "",
+        "## One-Conv models end to end (GFLOP/s, median of interleaved rounds; layout "
+        "transforms and reorders included on both sides)",
+        "",
+        "| workload | " + " | ".join(names) + " | onnxruntime | best / ORT | best % peak |",
+        "|---|" + "---|" * len(names) + "---|---|---|",
+    ]
+    for row in rows:
+        best = max(row[name]["gflops"] for name in names)
+        ort = row["onnxruntime"]["gflops"]
+        lines.append(
+            f"| {row['workload']} | " + " | ".join(f"{row[n]['gflops']:.0f}" for n in names)
+            + f" | {ort:.0f} | {best / ort:.2f} | {100 * best / peak:.0f}% |"
+        )  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

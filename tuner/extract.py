@@ -26,11 +26,12 @@ from tvm.target import Target
 from tvm_ffi import structural_hash
 
 from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_layout
+from convtune.schedules.winograd import is_winograd
 
 from .errors import UnsupportedOpError
 from .flops import node_flops, node_key, static_shapes
 from .ingest import IngestedModel
-from .options import DEFAULT_LAYOUT, Layout
+from .options import DEFAULT_LAYOUT, Algorithm, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 
@@ -76,6 +77,11 @@ class ModelTask:
         return self.task.dispatched[0]
 
     @property
+    def algorithm(self) -> Algorithm:
+        """How the task's convolution computes (direct unless it is a Winograd kernel)."""
+        return Algorithm.WINOGRAD if is_winograd(self.mod) else Algorithm.DIRECT
+
+    @property
     def occurrences(self) -> int:
         return int(self.task.weight)
 
@@ -107,6 +113,7 @@ class ModelTask:
             "onnx_nodes": list(self.onnx_nodes),
             "occurrences": self.occurrences,
             "flops": self.flops,
+            "algorithm": self.algorithm.value if self.kind == "conv" else None,
         }
 
 

@@ -33,6 +33,17 @@ class Layout(StrEnum):
 
 DEFAULT_LAYOUT = Layout.NCHWC
 
+
+class Algorithm(StrEnum):
+    """How a convolution layer computes: recorded per layer in the manifest."""
+
+    #: The direct convolution (every space in schedules/ except Winograd's).
+    DIRECT = "direct"
+    #: Winograd F(m×m, 3×3) for 3×3 stride-1 convs (schedules/winograd.py): fewer multiplies,
+    #: larger rounding error; measured per layer by bench/winograd.py, not chosen by builds yet.
+    WINOGRAD = "winograd"
+
+
 # Elementwise and pooling tasks have small spaces that converge in a few trials.
 OTHER_TASK_TRIALS = 8
 
