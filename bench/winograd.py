@@ -49,7 +49,9 @@ def winograd_task(entry: dict, tile: int, flops: float, target: tvm.target.Targe
     data = te.placeholder(tuple(x), name="data")
     packed = te.placeholder((alpha, alpha, w[1], w[0]), name="packed")
     out = winograd.conv2d_winograd(data, packed, pads, tile, "float32")
-    mod = tvm.IRModule({"main": te.create_prim_func([data, packed, out])})
+    mod = winograd.without_custom_rules(
+        tvm.IRModule({"main": te.create_prim_func([data, packed, out])})
+    )
     name = f"winograd_f{tile}_{describe(entry)}"
     extracted = ms.ExtractedTask(name, mod, target, [mod], 1)
     return ModelTask(0, extracted, str(structural_hash(mod)), flops, kind="conv", op="Conv")

@@ -39,6 +39,17 @@ def is_winograd(mod: IRModule) -> bool:
     return names >= WINOGRAD_BLOCKS
 
 
+def without_custom_rules(mod: IRModule) -> IRModule:
+    """``mod`` with TOPI's ``schedule_rule`` block annotations removed, so the generic space's
+    own rules tile every stage: with MetaSchedule's Winograd CPU rules applied, the evolutionary
+    search of TVM 0.27 failed on these tasks ("The block no longer exists in the IRModule")."""
+    sch = Schedule(mod)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if "schedule_rule" in sch.get(block).annotations:
+            sch.unannotate(block, "schedule_rule")
+    return sch.mod
+
+
 def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TOPI's (A, B, G) for F(tile×tile, 3×3), in float64."""
     points = _interpolation_points(tile + KERNEL - 2)
