@@ -24,10 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from tvm import relax, te, topi
-from tvm.ir import IRModule, Op
-from tvm.ir.expr import Constant
+from tvm.ir import IRModule
 from tvm.relax import BlockBuilder, Call, Expr
-from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.target import Target
@@ -132,43 +130,6 @@ def output_blocked_conv(data: Expr, weight: np.ndarray, attrs: Any, lanes: int) 
         out_layout=f"NCHW{lanes}c",
         out_dtype=out_dtype if out_dtype not in ("", "None", "void") else None,
     )
-
-
-@mutator
-class _BlockOutputs(PyExprMutator):
-    """NCHW convs that :func:`blocks_output_only` selects → the output-blocked conv, then a
-    transform back to NCHW for the ops after it (Relax's ConvertLayout cannot carry a conv whose
-    input and output layouts differ: it fails with "Layouts must have the same size")."""
-
-    def __init__(self, mod: IRModule, lanes: int) -> None:
-        super().__init__(mod)
-        self.lanes = lanes
-
-    def visit_call_(self, call: Call) -> Expr:
-        call = super().visit_call_(call)
-        if not isinstance(call.op, Op) or call.op.name != "relax.nn.conv2d":
-            return call
-        weight = call.args[1]
-        attrs = call.attrs
-        if str(attrs.data_layout) != "NCHW" or not isinstance(weight, Constant):
-            return call
-        value = weight.value.numpy()
-        if value.ndim != 4 or not blocks_output_only(
-            value.shape[1] * int(attrs.groups), value.shape[0], int(attrs.groups), self.lanes
-        ):
-            return call
-        lanes = self.lanes
-        conv = self.builder_.emit(output_blocked_conv(call.args[0], value, attrs, lanes))
-        return relax.op.layout_transform(conv, lambda n, c, h, w, b: (n, c * lanes + b, h, w))
-
-
-def block_outputs(mod: IRModule, lanes: int) -> IRModule:
-    """``mod`` with every conv :func:`blocks_output_only` selects computed NCHW in, NCHWc out."""
-    rewriter = _BlockOutputs(mod, lanes)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
 
 
 def _stem_loops(mod: IRModule) -> dict[str, int] | None:

@@ -1,0 +1,146 @@
+"""Kernels alone, interleaved: each space's best of a few sampled schedules against onnxruntime.
+
+On a shared machine the tuner's measurements (taken minutes apart) are not comparable; here the
+candidates of every space applicable to one conv task are sampled, each space's fastest is kept,
+and those kernels and onnxruntime's session (one Conv, its NCHWc reorders included) are timed
+round after round in one process.
+
+    .venv/bin/python -m bench.kernels --match "3→64 7×7" --match "64→256 1×1 s1 @56"
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+
+import numpy as np
+import tvm
+from tvm import s_tir
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+from bench.spaces import REPORTS, describe, single_conv, unique_convs
+from convtune.schedules import nchwc_conv, nchwc_conv2d, stem_conv
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.reference import ort_session
+from convtune.tuner.runtime import set_threads
+from convtune.tuner.target import make_target, physical_cores
+from convtune.tuner.verify import random_feeds
+
+#: Space name -> (applies to the task, its schedules for one seed).
+SPACES = {
+    nchwc_conv.SPACE_NAME: (
+        nchwc_conv.is_blocked_conv,
+        lambda mod, seed: [_applied(mod, seed, nchwc_conv.schedule_blocked_conv)],
+    ),
+    nchwc_conv2d.SPACE_NAME: (
+        nchwc_conv2d.PointwiseConvSpace().applies_to,
+        lambda mod, seed: nchwc_conv2d.design_spaces(s_tir.Schedule(mod, seed=seed)),
+    ),
+    stem_conv.SPACE_NAME: (
+        stem_conv.StemConvSpace().applies_to,
+        lambda mod, seed: stem_conv.design_spaces(s_tir.Schedule(mod, seed=seed)),
+    ),
+}
+
+
+def _applied(mod, seed, schedule):
+    sch = s_tir.Schedule(mod, seed=seed)
+    schedule(sch)
+    return sch
+
+
+def kernel_timer(mod, target):
+    lib = tvm.compile(mod, target=target).jit()
+    rng = np.random.default_rng(0)
+    args = [
+        tvm.runtime.tensor(rng.standard_normal([int(d) for d in i.shape]).astype("float32"))
+        for i in ArgInfo.from_prim_func(mod["main"])
+    ]
+    evaluator = lib.time_evaluator("main", tvm.cpu(), number=5, repeat=1, min_repeat_ms=20)
+    return lambda: float(evaluator(*args).mean)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--match", action="append", default=[])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=physical_cores())
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    target = make_target(None)
+    rows = []
+    for entry in unique_convs():
+        if args.match and not any(m in describe(entry) for m in args.match):
+            continue
+        model = single_conv(entry)
+        _, tasks = extract_tasks(load_model(model.SerializeToString()), target, "nchwc")
+        task = next(t for t in tasks if t.kind == "conv")
+        best: dict[str, tuple[float, object]] = {}
+        for name, (applies, schedules) in SPACES.items():
+            if not applies(task.mod):
+                continue
+            for seed in range(1, args.seeds + 1):
+                for sch in schedules(task.mod, seed):
+                    measure = kernel_timer(sch.mod, target)
+                    seconds = min(measure() for _ in range(3))
+                    if name not in best or seconds < best[name][0]:
+                        best[name] = (seconds, measure)
+        feeds = random_feeds(load_model(model.SerializeToString()).inputs)
+        session = ort_session(model.SerializeToString(), args.threads)
+
+        def ort(s=session, f=feeds) -> float:
+            started = time.perf_counter()
+            for _ in range(5):
+                s.run(None, f)
+            return (time.perf_counter() - started) / 5
+
+        timers = {name: measure for name, (_, measure) in best.items()} | {"onnxruntime": ort}
+        samples: dict[str, list[float]] = {name: [] for name in timers}
+        for _ in range(args.rounds):
+            for name, measure in timers.items():
+                samples[name].append(measure())
+        gflop = entry["flops"] / 1e9
+        row = {"workload": describe(entry), "count": entry["count"], "gflop": gflop}
+        for name, values in samples.items():
+            row[name] = {
+                "median_ms": float(np.median(values)) * 1e3,
+                "p10_ms": float(np.percentile(values, 10)) * 1e3,
+                "gflops": gflop / float(np.median(values)),
+            }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    stem = REPORTS / f"kernels-{date[:16].replace(':', '')}"
+    stem.with_suffix(".json").write_text(json.dumps({"date": date, "rows": rows}, indent=2))
+    lines = [
+        f"# Kernels alone vs onnxruntime, interleaved ({args.threads} threads, {date})",
+        "",
+        "GFLOP/s at the median of interleaved rounds (p10 in brackets); onnxruntime's figure is",
+        "its whole one-Conv session (its NCHWc reorders included).",
+        "",
+        "| workload | space | GFLOP/s | median ms (p10) | / onnxruntime (median, p10) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        ort = row["onnxruntime"]
+        for name, figures in row.items():
+            if not isinstance(figures, dict):
+                continue
+            lines.append(
+                f"| {row['workload']} | {name} | {figures['gflops']:.0f} | "
+                f"{figures['median_ms']:.3f} ({figures['p10_ms']:.3f}) | "
+                f"{ort['median_ms'] / figures['median_ms']:.2f}, "
+                f"{ort['p10_ms'] / figures['p10_ms']:.2f} |"
+            )
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
