@@ -47,8 +47,9 @@ def light_dir() -> pathlib.Path:
 def light_model(path: pathlib.Path, seed: int = WEIGHT_SEED) -> onnx.ModelProto:
     """``path`` with each ConstantOfShape weight replaced by a seeded random Constant.
 
-    Scaled by 1/sqrt(fan-in) so activations stay O(1) through deep nets; biases (1-D) get a small
-    spread. Shape inputs that only ConstantOfShape used are dropped.
+    Scaled by 1/sqrt(fan-in) so activations stay O(1) through deep nets; 1-D tensors (biases,
+    BatchNorm parameters) are drawn from [0.5, 1.5]. Shape inputs only ConstantOfShape used are
+    dropped.
     """
     model = onnx.load(str(path))
     rng = np.random.default_rng(seed)
@@ -61,16 +62,18 @@ def light_model(path: pathlib.Path, seed: int = WEIGHT_SEED) -> onnx.ModelProto:
             nodes.append(node)
             continue
         shape = tuple(int(d) for d in numpy_helper.to_array(inits[shape_name]))
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 0
-        scale = 1.0 / np.sqrt(fan_in) if fan_in else 0.1
-        value = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if len(shape) > 1:
+            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        else:
+            # Biases and BatchNorm scale/shift/mean/variance: a variance must be positive.
+            value = rng.uniform(0.5, 1.5, shape)
         nodes.append(
             helper.make_node(
                 "Constant",
                 [],
                 [node.output[0]],
                 name=node.name or node.output[0],
-                value=numpy_helper.from_array(value, node.output[0]),
+                value=numpy_helper.from_array(value.astype(np.float32), node.output[0]),
             )
         )
         replaced.add(shape_name)
@@ -88,18 +91,24 @@ def light_model(path: pathlib.Path, seed: int = WEIGHT_SEED) -> onnx.ModelProto:
 
 
 def model_sources(args: argparse.Namespace) -> Iterator[tuple[str, str, bytes]]:
-    """(name, origin, serialized bytes) of every model to cover, in report order."""
-    wanted = set(args.models.split(",")) if args.models else None
+    """(name, origin, serialized bytes) of every model to cover, in ``--models`` order if given."""
+    found: dict[str, tuple[str, pathlib.Path | None]] = {}
     for path in sorted(light_dir().glob("light_*.onnx")):
-        if wanted is None or path.stem in wanted:
-            yield path.stem, "onnx wheel (seeded weights)", light_model(path).SerializeToString()
+        found[path.stem] = ("onnx wheel (seeded weights)", path)
     for name in BUILDERS:
-        if wanted is None or name in wanted:
-            yield name, "bench zoo", zoo_model(name).read_bytes()
+        found[name] = ("bench zoo", None)
     if args.dir:
         for path in sorted(pathlib.Path(args.dir).expanduser().glob("*.onnx")):
-            if wanted is None or path.stem in wanted:
-                yield path.stem, str(path.parent), path.read_bytes()
+            found[path.stem] = (str(path.parent), path)
+    names = args.models.split(",") if args.models else list(found)
+    for name in names:
+        origin, path = found[name]
+        if origin == "bench zoo":
+            yield name, origin, zoo_model(name).read_bytes()
+        elif path is not None and path.parent == light_dir():
+            yield name, origin, light_model(path).SerializeToString()
+        elif path is not None:
+            yield name, origin, path.read_bytes()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -194,37 +203,42 @@ def _layout_row(plan: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def rest_uploads(models: list[tuple[str, bytes]], work: pathlib.Path) -> dict[str, dict]:
-    """Upload every model to a real API process; status code and workload count per model."""
-    import httpx
+class RestUploads:
+    """A real API process (``tests/service/conftest.start_service``) to upload models to."""
 
-    from tests.service.conftest import start_service
+    def __init__(self, work: pathlib.Path) -> None:
+        from tests.service.conftest import start_service
 
-    service = start_service(
-        work / "service", f"sqlite:///{work / 'service.db'}", max_upload_bytes=str(1 << 30)
-    )
-    out: dict[str, dict] = {}
-    try:
-        with httpx.Client(base_url=service.url, timeout=1800) as client:
-            for name, data in models:
-                response = client.post("/api/models", files={"file": (f"{name}.onnx", data)})
-                body = response.json() if response.content else {}
-                out[name] = {
-                    "status": response.status_code,
-                    "workloads": len(body.get("workloads", [])),
-                    "layouts": dict(
-                        collections.Counter(
-                            w.get("description", {}).get("layout", "-")
-                            for w in body.get("workloads", [])
-                            if w.get("kind") == "conv"
-                        )
-                    ),
-                    "error": body.get("error"),
-                }
-                print(f"[rest] {name}: {response.status_code}", flush=True)
-    finally:
-        service.stop()
-    return out
+        self.service = start_service(
+            work / "service", f"sqlite:///{work / 'service.db'}", max_upload_bytes=str(1 << 30)
+        )
+
+    def upload(self, name: str, data: bytes) -> dict[str, Any]:
+        """Status code, workload count and conv layouts of one upload."""
+        import httpx
+
+        response = httpx.post(
+            f"{self.service.url}/api/models",
+            files={"file": (f"{name}.onnx", data)},
+            timeout=3600,
+        )
+        body = response.json() if response.content else {}
+        workloads = body.get("workloads", []) if isinstance(body, dict) else []
+        return {
+            "status": response.status_code,
+            "workloads": len(workloads),
+            "layouts": dict(
+                collections.Counter(
+                    w.get("description", {}).get("layout", "-")
+                    for w in workloads
+                    if w.get("kind") == "conv"
+                )
+            ),
+            "error": body.get("error") if isinstance(body, dict) else None,
+        }
+
+    def stop(self) -> None:
+        self.service.stop()
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -312,28 +326,34 @@ def main(argv: list[str] | None = None) -> pathlib.Path:
     url = args.db or f"sqlite:///{work / 'coverage.db'}"
     upgrade(url)
     engine = make_engine(url)
-    sources = list(model_sources(args))
-    rows = []
-    for name, origin, data in sources:
-        print(f"[{name}] {origin}", flush=True)
-        row = {**cover_model(name, data, args, engine, work), "origin": origin}
-        print(f"[{name}] {json.dumps(row, default=str)}", flush=True)
-        rows.append(row)
+    rest = RestUploads(work) if args.rest else None
     report: dict[str, Any] = {
         "date": args.date,
         "machine": machine(),
         "trials_per_task": args.trials_per_task,
         "budget_minutes": args.budget_minutes,
         "rounds": args.rounds,
-        "models": rows,
+        "models": [],
+        "rest": {},
     }
-    if args.rest:
-        report["rest"] = rest_uploads([(name, data) for name, _, data in sources], work)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.date}-coverage"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
     path = stem.with_suffix(".md")
-    path.write_text(markdown(report))
+    try:
+        for name, origin, data in model_sources(args):
+            print(f"[{name}] {origin}", flush=True)
+            row = {**cover_model(name, data, args, engine, work), "origin": origin}
+            print(f"[{name}] {json.dumps(row, default=str)}", flush=True)
+            report["models"].append(row)
+            if rest is not None:
+                report["rest"][name] = rest.upload(name, data)
+                print(f"[{name}] REST {report['rest'][name]}", flush=True)
+            # Written after every model: a long run leaves a report however far it got.
+            stem.with_suffix(".json").write_text(json.dumps(report, indent=1, default=str))
+            path.write_text(markdown(report))
+    finally:
+        if rest is not None:
+            rest.stop()
     print(path)
     return path
 

@@ -404,9 +404,15 @@ class _BlockingMutator(PyExprMutator):
             return None, "dynamic shape"
         constant = isinstance(call.args[1], GenericConst)
         if groups != 1 and groups == x_shape[1] and w_shape[1] == 1:
-            if constant and is_blockable_depthwise(x_shape, w_shape, groups, lanes):
-                return "depthwise", "depthwise kernel (schedules/depthwise_conv.py)"
-            return None, f"depthwise conv of {x_shape[1]} channels, not a multiple of {lanes}"
+            if not (constant and is_blockable_depthwise(x_shape, w_shape, groups, lanes)):
+                return None, f"depthwise conv of {x_shape[1]} channels, not a multiple of {lanes}"
+            data = call.args[0]
+            if not (isinstance(data, relax.Var) and data in self.blocked):
+                # A depthwise conv reads its input once and writes its output once; alone in
+                # an NCHW region (ShuffleNet) it would add two transforms, each as much memory
+                # traffic again as the conv itself.
+                return None, "depthwise conv with an NCHW input (blocked alone: 2 transforms)"
+            return "depthwise", "depthwise kernel (schedules/depthwise_conv.py)"
         if constant and stem_conv.blocks_output_only(x_shape[1], w_shape[0], groups, lanes):
             return "stem", f"{x_shape[1]} input channels: NCHW in, blocked out (stem kernel)"
         if (x_shape[1] // groups) % lanes or (w_shape[0] // groups) % lanes:

@@ -26,9 +26,11 @@ def _events():
 @pytest.mark.parametrize(
     ("name", "blocked", "transforms"),
     [
-        # stem 3→64 and the 512→1000 classifier stay NCHW; transforms: after the stem pool…
-        ("light_squeezenet", 24, 2),
-        # groups=3 with 112..272-channel units: 16 does not divide any group: all NCHW, said so.
+        # all but the 512→1000 classifier blocked (the stem NCHW in, blocked out): one
+        # transform, before the classifier
+        ("light_squeezenet", 25, 1),
+        # 17 or 34 channels per group, a 24-channel stem, depthwise convs fed by those: NCHW
+        # throughout, each conv saying why
         ("light_shufflenet", 0, 0),
     ],
 )
