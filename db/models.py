@@ -154,6 +154,9 @@ class WorkloadRow(_Row, Base):
     task_name: Mapped[str] = mapped_column(Text)
     mod_json: Mapped[str] = mapped_column(Text)
     flops: Mapped[float | None] = mapped_column(Float)
+    # Set when a search found no schedule it had not measured: the spaces (and convtune version)
+    # it searched, so a later job with the same spaces does not search it again.
+    exhausted_key: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class ModelWorkloadRow(_Row, Base):

@@ -359,6 +359,21 @@ class SQLDatabase(PyDatabase):
         rows = self._top_rows(workload_id, 1)
         return rows[0] if rows else None
 
+    def mark_exhausted(self, workload_id: int, key: str) -> None:
+        """Record that a search over the spaces named by ``key`` found nothing new to measure."""
+        with self._sessions() as session:
+            session.execute(
+                update(WorkloadRow).where(WorkloadRow.id == workload_id).values(exhausted_key=key)
+            )
+            session.commit()
+
+    def exhausted_key(self, workload_id: int) -> str | None:
+        """The key last given to :meth:`mark_exhausted` for ``workload_id``, or None."""
+        with self._sessions() as session:
+            return session.scalar(
+                select(WorkloadRow.exhausted_key).where(WorkloadRow.id == workload_id)
+            )
+
     def count_trials(self, workload_id: int, space: str | None = None) -> int:
         """Number of records of ``workload_id``, failed trials included; only ``space``'s if
         given."""

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import Any
 
 from tvm.ir import IRModule
@@ -212,6 +213,7 @@ def plan_search(
     *,
     retune: bool,
     peak_gflops: float | None = None,
+    exhausted: str | None = None,
 ) -> SearchPlan:
     """Budgets per task: elementwise tasks a fixed few, the others by expected gain.
 
@@ -221,6 +223,9 @@ def plan_search(
     spends what is left. The pool goes to the tasks in proportion to ``TaskOutlook.gain``; a task
     never measured gets at least ``ALLOCATION_FLOOR`` × ``trials_per_task``, none more than
     ``ALLOCATION_CAP`` × ``trials_per_task`` in all.
+
+    A task whose workload a search over the same spaces left with nothing new to measure
+    (``exhausted``, see :func:`exhaustion_key`) gets no trials, unless ``retune``.
     """
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
@@ -252,7 +257,17 @@ def plan_search(
     for i, extra in zip(searched, new_trials, strict=True):
         budgets[i] = done[i] + extra
         caps[i] = max(budgets[i], cap)
+    if exhausted is not None and not retune:
+        for i, wid in enumerate(workload_ids):
+            if database.exhausted_key(wid) == exhausted:
+                budgets[i] = min(budgets[i], done[i])
     return SearchPlan(list(tasks), workload_ids, budgets, done, outlooks, caps)
+
+
+def exhaustion_key(spaces: Sequence[ScheduleSpace]) -> str:
+    """What a workload's exhaustion is relative to: the spaces searched and the code that
+    generated them (a new space or a new version may have schedules the old ones had not)."""
+    return f"{version('convtune')}:{','.join(sorted(space.name for space in spaces))}"
 
 
 class TrialBudget:
@@ -351,11 +366,19 @@ class BudgetedSearch(PySearchStrategy):
     handful of distinct schedules), and asking again would only repeat the search.
     """
 
-    def __init__(self, inner: SearchStrategy, budget: TrialBudget, index: int) -> None:
+    def __init__(
+        self,
+        inner: SearchStrategy,
+        budget: TrialBudget,
+        index: int,
+        exhausted: str | None = None,
+    ) -> None:
         super().__init__()
         self.inner = inner
         self.budget = budget
         self.index = index
+        # In the union pass: the key recorded on the workload when nothing new is left.
+        self.exhausted = exhausted
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -379,6 +402,7 @@ class BudgetedSearch(PySearchStrategy):
             return None
         candidates = self.inner.generate_measure_candidates()
         if not candidates:
+            self._mark_exhausted()
             return None
         # MetaSchedule's search only avoids re-measuring within one run, and a small space
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
@@ -390,7 +414,15 @@ class BudgetedSearch(PySearchStrategy):
             if key not in seen and len(fresh) < allowed:
                 seen.add(key)
                 fresh.append(candidate)
+        if not fresh:
+            self._mark_exhausted()
         return fresh or None
+
+    def _mark_exhausted(self) -> None:
+        if self.exhausted is not None:
+            self.budget.database.mark_exhausted(
+                self.budget.plan.workload_ids[self.index], self.exhausted
+            )
 
     def notify_runner_results(
         self, measure_candidates: list[MeasureCandidate], results: list[RunnerResult]
@@ -398,7 +430,7 @@ class BudgetedSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> SearchStrategy:
-        return BudgetedSearch(self.inner.clone(), self.budget, self.index)
+        return BudgetedSearch(self.inner.clone(), self.budget, self.index, self.exhausted)
 
 
 @derived_object
@@ -535,6 +567,7 @@ def run_search(
         trials_per_task,
         retune=retune,
         peak_gflops=peak_for_threads(peak, threads) if peak is not None else None,
+        exhausted=exhaustion_key(spaces),
     )
     # Largest expected gain first: the gradient scheduler's first round follows this order, and
     # if the time budget runs out the tasks that pay most got their trials.
@@ -559,10 +592,15 @@ def run_search(
     if on_event is not None:
         on_event("cost_model_warm_start", warm.as_event())
 
-    def search_pass(tasks: list[int], space_for: Callable[[IRModule], SpaceGenerator]) -> None:
+    def search_pass(
+        tasks: list[int],
+        space_for: Callable[[IRModule], SpaceGenerator],
+        exhausted: str | None = None,
+    ) -> None:
         _search_pass(
             plan, tasks, budget, space_for, database, target, warm.model, threads=threads,
             seed=seed, job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet,
+            exhausted=exhausted,
         )  # fmt: skip
 
     for space in spaces:
@@ -585,7 +623,8 @@ def run_search(
         budget.caps = None
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
-        search_pass(rest, lambda mod: union_space(mod, target, spaces))
+        # Only the union pass can tell that a task has nothing new left in any of its spaces.
+        search_pass(rest, lambda mod: union_space(mod, target, spaces), exhaustion_key(spaces))
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()
@@ -645,9 +684,11 @@ def _search_pass(
     spaces: Sequence[ScheduleSpace],
     on_event: EventSink | None,
     fleet: Fleet | None,
+    exhausted: str | None = None,
 ) -> None:
     """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``; ``cost_model`` is
-    warm and keeps learning across passes."""
+    warm and keeps learning across passes. With ``exhausted``, a task that runs out of new
+    schedules is marked so on its workload."""
     remaining = [budget.allowance(i) for i in active]
     # A task may go past its share with trials other tasks left when they stopped early.
     most = max(remaining)
@@ -660,7 +701,9 @@ def _search_pass(
                 mod=plan.tasks[i].mod,
                 target=target,
                 space_generator=space_for(plan.tasks[i].mod),
-                search_strategy=BudgetedSearch(evolutionary_search(max(remaining)), budget, i),
+                search_strategy=BudgetedSearch(
+                    evolutionary_search(max(remaining)), budget, i, exhausted
+                ),
                 task_name=plan.tasks[i].name,
                 rand_state=rand_state,
                 num_threads=threads,

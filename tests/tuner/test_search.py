@@ -94,3 +94,21 @@ def test_a_zero_minute_budget_measures_nothing_and_says_why(setup) -> None:
     result = run_search(tasks, database, target, trials_per_task=4, threads=1, budget_minutes=0)
     assert result.trials_measured == 0
     assert result.stopped_early and result.reason == "time budget reached"
+
+
+def test_a_workload_exhausted_under_the_same_spaces_is_not_planned_again(setup) -> None:
+    from convtune.schedules.registry import SPACES
+    from convtune.tuner.search import exhaustion_key
+
+    tasks, database, _ = setup
+    key = exhaustion_key(SPACES)
+    plan = plan_search(tasks, database, 10, retune=False, exhausted=key)
+    conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
+    _record(database, plan.workload_ids[conv], 2)
+    database.mark_exhausted(plan.workload_ids[conv], key)
+    assert plan_search(tasks, database, 10, retune=False, exhausted=key).remaining(conv) == 0
+    # Another set of spaces (or another version) may have schedules this one had not.
+    other = exhaustion_key(SPACES[:1])
+    assert other != key
+    assert plan_search(tasks, database, 10, retune=False, exhausted=other).remaining(conv) > 0
+    assert plan_search(tasks, database, 10, retune=True, exhausted=key).remaining(conv) > 0
