@@ -4,10 +4,11 @@
 class ConvtuneError(Exception):
     """A problem with the user's input or environment, reported as one line.
 
-    ``exit_code`` is what the CLI exits with; the service maps the same errors to 4xx responses.
+    ``exit_code`` is what the CLI exits with; ``http_status`` what the service answers.
     """
 
     exit_code = 2
+    http_status = 400
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -19,7 +20,12 @@ class InvalidModelError(ConvtuneError):
 
 
 class UnsupportedOpError(ConvtuneError):
-    """The model holds an op the TVM frontend cannot convert."""
+    """The model holds an op the TVM frontend cannot convert, or TVM cannot compile it.
+
+    A well-formed model the service cannot process: 422, not a client's malformed request.
+    """
+
+    http_status = 422
 
 
 class VerificationError(ConvtuneError):

@@ -59,10 +59,16 @@ def compare(
             return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, name)
         atol = ATOL * max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        abs_err = float(diff.max()) if diff.size else 0.0
-        rel_err = float((diff / np.maximum(np.abs(ref), 1e-30)).max()) if diff.size else 0.0
-        if not np.all(np.isfinite(got)) or not np.all(diff <= atol + RTOL * np.abs(ref)):
+        if not (np.all(np.isfinite(got)) and np.all(np.isfinite(ref))):
+            # A NaN or Inf on either side fails, and reads as an infinite error, not as 0 (NaN
+            # compares false with everything, so a max over NaNs would hide it).
+            abs_err = rel_err = float("inf")
             passed = False
+        else:
+            abs_err = float(diff.max()) if diff.size else 0.0
+            rel_err = float((diff / np.maximum(np.abs(ref), 1e-30)).max()) if diff.size else 0.0
+            if not np.all(diff <= atol + RTOL * np.abs(ref)):
+                passed = False
         if abs_err >= worst[1]:
             worst = (name, abs_err, rel_err)
     return Verification(passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0])

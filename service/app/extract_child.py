@@ -76,7 +76,7 @@ def child_main(request: ExtractRequest, conn: Connection) -> None:
     except ApiError as exc:
         answer = ("error", (exc.status, exc.code, exc.message, exc.headers))
     except ConvtuneError as exc:
-        answer = ("error", (400, convtune_error_code(exc), exc.message, None))
+        answer = ("error", (exc.http_status, convtune_error_code(exc), exc.message, None))
     except onnx.checker.ValidationError as exc:
         answer = ("error", (400, "invalid_model", str(exc).splitlines()[0][:300], None))
     except Exception as exc:

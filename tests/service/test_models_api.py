@@ -8,8 +8,9 @@ from pathlib import Path
 
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
-from tests.models import conv_net, three_conv_cnn, to_bytes
+from tests.models import conv_net, make_model, three_conv_cnn, to_bytes
 from tests.service.conftest import UPLOAD_LIMIT, Service
 
 
@@ -88,6 +89,17 @@ def test_plain_filename_is_the_display_name(client):
 def test_bytes_that_are_not_onnx_are_refused(service, client):
     message = assert_error(upload(client, b"MZ\x90\x00 this is not a model"), 400, "invalid_model")
     assert "ONNX" in message
+    assert leftovers(service) == []
+
+
+def test_a_model_tvm_cannot_convert_is_unprocessable(service, client):
+    celu = make_model(
+        [helper.make_node("Celu", ["x"], ["y"], name="celu0")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    message = assert_error(upload(client, to_bytes(celu)), 422, "unsupported_op")
+    assert "Celu" in message and "celu0" in message
     assert leftovers(service) == []
 
 

@@ -37,6 +37,16 @@ def test_count_shape_and_non_finite_mismatches_fail(ours, why) -> None:
     assert not compare(ours, [np.ones(3, np.float32)], ["y"], 0).passed, why
 
 
+def test_a_nan_reads_as_an_infinite_error_on_its_output() -> None:
+    ours = [np.ones(3, np.float32), np.array([1.0, np.nan, 1.0], np.float32)]
+    result = compare(ours, [np.ones(3, np.float32)] * 2, ["a", "b"], 0)
+    assert not result.passed
+    assert result.worst_output == "b" and result.max_abs_err == float("inf")
+    # NaN in the reference (the model itself) fails too, instead of passing as "error 0".
+    nan_ref = [np.array([np.nan], np.float32)]
+    assert not compare([np.zeros(1, np.float32)], nan_ref, ["y"], 0).passed
+
+
 def test_an_artifact_of_another_model_is_refused(tmp_path) -> None:
     target = make_target(None)
     built = load_model(to_bytes(conv_net(in_channels=3, out_channels=8, size=8, seed=1)))

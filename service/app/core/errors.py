@@ -1,8 +1,9 @@
 """One JSON error shape for every 4xx/5xx: ``{"error": {"code": "...", "message": "..."}}``.
 
-Routes raise ``ApiError``; user mistakes from the engine (``ConvtuneError``) become 400 with the
-engine's one-line message; a busy database is a 503 with Retry-After (``dbbusy``); anything else
-is a 500 whose message names no internals.
+Routes raise ``ApiError``; user mistakes from the engine (``ConvtuneError``) become their
+``http_status`` (400; 422 for a model TVM cannot convert) with the engine's one-line message; a
+busy database is a 503 with Retry-After (``dbbusy``); anything else is a 500 whose message names
+no internals.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ConvtuneError)
     async def _convtune_error(_: Request, exc: ConvtuneError) -> JSONResponse:
-        return _response(400, convtune_error_code(exc), exc.message)
+        return _response(exc.http_status, convtune_error_code(exc), exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
