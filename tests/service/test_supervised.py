@@ -68,14 +68,17 @@ def test_killed_worker_is_replaced_and_its_job_finishes(tmp_path):
                 final = wait_for(lambda: ended(client, path), JOB_TIMEOUT, "the job to end")
                 assert final["status"] == "succeeded", (final["error"], service.proc.log()[-3000:])
                 assert final["attempts"] == 1
-                assert final["trials_done"] == final["trials_budget"] == 2 * TRIALS
+                # The Conv tasks share a pool of 2 * TRIALS split by gain (tuner/search.py);
+                # a task may stop early: the total is bounded, not each count.
+                assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
                 assert client.get("/healthz").json()["workers_alive"] >= 1
             assert "restarting in" in service.proc.log()
             after = job_records(url, job["id"])
             assert set(before) <= set(after), "a trial recorded before the kill is gone"
             pairs = Counter((wid, trace) for _, wid, trace in after)
             assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
-            assert sorted(Counter(wid for _, wid, _ in after).values()) == [TRIALS, TRIALS]
+            per_workload = Counter(wid for _, wid, _ in after)
+            assert len(per_workload) == 2 and sum(per_workload.values()) <= 2 * TRIALS
             kinds = event_kinds(url, job["id"])
             assert kinds.count("claimed") == 2 and "requeued" in kinds
             assert kinds[-1] == "succeeded"

@@ -126,7 +126,9 @@ def test_job_survives_a_killed_worker_and_serves_its_artifact(service, client):
     )
     assert final["status"] == "succeeded", (final["error"], second.log()[-3000:])
     assert final["attempts"] == 1
-    assert final["trials_done"] == final["trials_budget"] == 2 * TRIALS
+    # The Conv tasks share a pool of 2 * TRIALS, split by expected gain (tuner/search.py), and
+    # a task may stop early: the total is bounded, not each task's count.
+    assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
     assert all(layer["best_gflops"] for layer in final["progress"])
 
     after = job_records(url, job["id"])
@@ -134,7 +136,7 @@ def test_job_survives_a_killed_worker_and_serves_its_artifact(service, client):
     pairs = Counter((wid, trace) for _, wid, trace in after)
     assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
     per_workload = Counter(wid for _, wid, _ in after)
-    assert sorted(per_workload.values()) == [TRIALS, TRIALS]
+    assert len(per_workload) == 2 and sum(per_workload.values()) <= 2 * TRIALS
 
     kinds = event_kinds(url, job["id"])
     assert kinds[0] == "queued"
