@@ -230,15 +230,17 @@ def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rp
     records = _records(url)
     assert len(records) > recorded_before
     assert {r[2] for r in records} == {first_addr, second_addr}
-    # Nothing lost: trial indices 0..n-1 per task, no device errors, and every Conv/Gemm task
-    # has its whole budget (a tiny elementwise space may run out of distinct schedules first).
+    # Nothing lost: trial indices 0..n-1 per task, no device errors, and the Conv/Gemm tasks
+    # share a pool of 4 * trials (split by expected gain, tuner/search.py; a task may stop
+    # early), each task measured at least once.
     per_task: dict[str, list[int | None]] = {}
     for task, index, _, error in records:
         per_task.setdefault(task, []).append(index)
         assert error is None or "went away" not in error, error
     assert all(sorted(ix) == list(range(len(ix))) for ix in per_task.values()), per_task
     tunable = [ix for task, ix in per_task.items() if "conv" in task or "matmul" in task]
-    assert len(tunable) == 4 and all(len(ix) == trials for ix in tunable), per_task
+    assert len(tunable) == 4 and all(ix for ix in tunable), per_task
+    assert sum(len(ix) for ix in tunable) <= 4 * trials, per_task
 
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     on_device = manifest["verification"]["on_device"]
