@@ -25,6 +25,14 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of a route's error statuses, each an ``ErrorOut``.
+
+    A route that takes a JSON body lists 400 too: FastAPI answers 400 to a body it cannot decode
+    (bytes that are not UTF-8), where malformed JSON is a 422."""
+    return {status: {"model": ErrorOut} for status in statuses}
+
+
 class WorkloadOut(BaseModel):
     """One task of a model: the ONNX nodes it covers and how fast its best schedule is."""
 

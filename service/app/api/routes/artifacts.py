@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
@@ -15,14 +15,12 @@ from convtune.tuner.artifact_files import MANIFEST_NAME
 
 from ... import crud
 from ...core.errors import ApiError
-from ...schemas import ArtifactOut, ErrorOut
+from ...schemas import ArtifactOut, error_responses
 from ..deps import DownloaderDep, ReaderDep, RowId, SessionDep
 
 router = APIRouter(prefix="/artifacts", tags=["artifacts"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 404, 410, 422)
-}
+_ERRORS = error_responses(401, 404, 410, 422)
 
 
 def _size(path: Path) -> int | None:

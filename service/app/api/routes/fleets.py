@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -19,14 +19,12 @@ from ...fleets import (
     list_fleets,
     live_status,
 )
-from ...schemas import ErrorOut
+from ...schemas import error_responses
 from ..deps import ReaderDep, SessionDep, WriterDep
 
 router = APIRouter(prefix="/fleets", tags=["fleets"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 409, 422, 503)
-}
+_ERRORS = error_responses(400, 401, 409, 422, 503)
 
 
 @router.post("", status_code=201, response_model=FleetOut, responses=_ERRORS)

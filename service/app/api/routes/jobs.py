@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -18,14 +18,12 @@ from convtune.db.models import TERMINAL_STATUSES, JobEventRow, JobRow
 from ... import crud, queue
 from ...core.errors import not_found
 from ...dbbusy import with_retries
-from ...schemas import ErrorOut, JobOut
+from ...schemas import JobOut, error_responses
 from ..deps import MAX_ROW_ID, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (401, 403, 404, 409, 422, 503)
-}
+_ERRORS = error_responses(401, 403, 404, 409, 422, 503)
 _EVENT_BATCH = 500
 # Comment lines keep proxies from closing an idle stream while a long task compiles.
 _KEEPALIVE_SECONDS = 15.0

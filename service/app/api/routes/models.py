@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -10,16 +10,14 @@ from fastapi.concurrency import run_in_threadpool
 from ... import crud
 from ...dbbusy import with_retries
 from ...limits import check_job, check_job_quota
-from ...schemas import ErrorOut, JobCreate, JobOut, ModelOut, ModelSummary
+from ...schemas import JobCreate, JobOut, ModelOut, ModelSummary, error_responses
 from ...store import store_upload
 from ...upload import stream_upload
 from ..deps import MAX_ROW_ID, EngineDep, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
 
 router = APIRouter(prefix="/models", tags=["models"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
-}
+_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
