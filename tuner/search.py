@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
 
-from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -537,6 +536,29 @@ def _first_lines(text: str, limit: int = 2000) -> str:
     return text.strip()[:limit]
 
 
+def seed_rounds(
+    plan: SearchPlan,
+    active: Sequence[int],
+    database: SQLDatabase,
+    spaces: Sequence[ScheduleSpace],
+) -> list[dict[int, ScheduleSpace]]:
+    """The seed passes to run: round k maps each task index of ``active`` (in its order) to the
+    k-th space with ``seed_trials`` that applies to it and has no trial of it yet (a task resumed
+    or tuned before already had that seed pass)."""
+    pending = {
+        i: [
+            space
+            for space in spaces
+            if space.seed_trials > 0
+            and space.applies_to(plan.tasks[i].mod)
+            and database.count_trials(plan.workload_ids[i], space.name) == 0
+        ]
+        for i in active
+    }
+    depth = max((len(todo) for todo in pending.values()), default=0)
+    return [{i: todo[k] for i, todo in pending.items() if k < len(todo)} for k in range(depth)]
+
+
 def run_search(
     tasks: Sequence[ModelTask],
     database: SQLDatabase,
@@ -555,9 +577,11 @@ def run_search(
 ) -> SearchResult:
     """Tune every task that still has budget; returns what was measured and why it stopped.
 
-    First a seed pass per space with ``seed_trials`` (that space alone, on the tasks it applies
-    to that never had a trial of it), then one pass over the union of each task's applicable
-    ``spaces``, started from the best records so far.
+    First seed rounds: each space with ``seed_trials`` gets that many trials alone on every task
+    it applies to that never had a trial of it; round k searches each task in its k-th such
+    space, so one pass covers every task (a pass per space let the first spaces spend a time
+    budget while a later space, the depthwise one on MobileNetV2, never ran). Then one pass
+    over the union of each task's applicable ``spaces``, started from the best records so far.
     """
     result = SearchResult()
     peak = stored_peak(database.engine, target)
@@ -594,7 +618,7 @@ def run_search(
 
     def search_pass(
         tasks: list[int],
-        space_for: Callable[[IRModule], SpaceGenerator],
+        space_for: Callable[[int], SpaceGenerator],
         exhausted: str | None = None,
     ) -> None:
         _search_pass(
@@ -603,28 +627,22 @@ def run_search(
             exhausted=exhausted,
         )  # fmt: skip
 
-    for space in spaces:
-        if space.seed_trials <= 0:
-            continue
-        # A task resumed or tuned before already had its seed pass in this space.
-        seeded = [
-            i
-            for i in active
-            if space.applies_to(plan.tasks[i].mod)
-            and database.count_trials(plan.workload_ids[i], space.name) == 0
-            and budget.allowance(i) > 0
-        ]
+    for seed_round in seed_rounds(plan, active, database, spaces):
+        seeded = {i: space for i, space in seed_round.items() if budget.allowance(i) > 0}
         if not seeded:
             continue
         budget.caps = {
-            i: budget.counts[i] + min(space.seed_trials, budget.allowance(i)) for i in seeded
+            i: budget.counts[i] + min(space.seed_trials, budget.allowance(i))
+            for i, space in seeded.items()
         }
-        search_pass(seeded, lambda mod, space=space: space.generator(target))  # type: ignore[misc]
+        search_pass(list(seeded), lambda i, seeded=seeded: seeded[i].generator(target))  # type: ignore[misc]
         budget.caps = None
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
         # Only the union pass can tell that a task has nothing new left in any of its spaces.
-        search_pass(rest, lambda mod: union_space(mod, target, spaces), exhaustion_key(spaces))
+        search_pass(
+            rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), exhaustion_key(spaces)
+        )
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()
@@ -673,7 +691,7 @@ def _search_pass(
     plan: SearchPlan,
     active: list[int],
     budget: TrialBudget,
-    space_for: Callable[[IRModule], SpaceGenerator],
+    space_for: Callable[[int], SpaceGenerator],
     database: SQLDatabase,
     target: Target,
     cost_model: XGBModel,
@@ -700,7 +718,7 @@ def _search_pass(
             ms.TuneContext(
                 mod=plan.tasks[i].mod,
                 target=target,
-                space_generator=space_for(plan.tasks[i].mod),
+                space_generator=space_for(i),
                 search_strategy=BudgetedSearch(
                     evolutionary_search(max(remaining)), budget, i, exhausted
                 ),

@@ -112,3 +112,44 @@ def test_a_workload_exhausted_under_the_same_spaces_is_not_planned_again(setup) 
     assert other != key
     assert plan_search(tasks, database, 10, retune=False, exhausted=other).remaining(conv) > 0
     assert plan_search(tasks, database, 10, retune=True, exhausted=key).remaining(conv) > 0
+
+
+def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) -> None:
+    """One seed pass per round, not per space: the depthwise tasks of a mobile block are seeded in
+    the first round next to the 1×1 convs (a time budget spent on the first spaces starved them),
+    and a space a task already has trials of is not seeded again."""
+    from convtune.schedules.depthwise_conv import DepthwiseConvSpace
+    from convtune.schedules.registry import SPACES
+    from convtune.tuner.search import seed_rounds
+    from tests.models import inverted_residual_net
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    target = make_target(None)
+    _, tasks = extract_tasks(
+        load_model(to_bytes(inverted_residual_net(batch=1))), target, Layout.NCHWC
+    )
+    database = SQLDatabase(engine, target)
+    plan = plan_search(tasks, database, 8, retune=False)
+    active = list(range(len(tasks)))
+    rounds = seed_rounds(plan, active, database, SPACES)
+    seeded_anywhere = {i for r in rounds for i in r}
+    assert seeded_anywhere, "no task of the mobile block has a seeded space"
+    assert set(rounds[0]) == seeded_anywhere
+    depthwise = {i for i in seeded_anywhere if rounds[0][i].name == DepthwiseConvSpace.name}
+    assert depthwise, [(tasks[i].name, s.name) for i, s in rounds[0].items()]
+    for r in rounds:
+        for i, space in r.items():
+            assert space.applies_to(tasks[i].mod) and space.seed_trials > 0
+    # Each (task, space) pair once, in registry order within a task.
+    pairs = [(i, space.name) for r in rounds for i, space in r.items()]
+    assert len(pairs) == len(set(pairs))
+    first, space = next(iter(rounds[0].items()))
+    database.record_trial(
+        plan.workload_ids[first], trace_json=[[], [0]], run_secs=[1e-3], args_info_json=[],
+        error=None, trial_index=0, space=space.name, job_id=None, flops=1.0,
+    )  # fmt: skip
+    again = seed_rounds(plan, active, database, SPACES)
+    assert (first, space.name) not in [(i, s.name) for r in again for i, s in r.items()]
+    engine.dispose()
