@@ -11,7 +11,6 @@ round after round in one process.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 import time
@@ -21,7 +20,7 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-from bench.spaces import REPORTS, describe, single_conv, unique_convs
+from bench.spaces import describe, save_report, single_conv, unique_convs
 from convtune.schedules import nchwc_conv, nchwc_conv2d, stem_conv
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
@@ -114,9 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    stem = REPORTS / f"kernels-{date[:16].replace(':', '')}"
-    stem.with_suffix(".json").write_text(json.dumps({"date": date, "rows": rows}, indent=2))
+    report, stem = save_report("kernels", rows)
+    date = report["date"]
     lines = [
         f"# Kernels alone vs onnxruntime, interleaved ({args.threads} threads, {date})",
         "",

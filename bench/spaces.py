@@ -21,6 +21,7 @@ import pathlib
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import onnx
@@ -185,20 +186,26 @@ def main(argv: list[str] | None = None) -> int:
             }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "threads": args.threads,
-        "trials": args.trials,
-        "peak_gflops": peak.gflops_all,
-        "rows": rows,
-    }
-    REPORTS.mkdir(exist_ok=True)
-    stem = REPORTS / f"spaces-{report['date'][:16].replace(':', '')}-t{args.trials}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    report, stem = save_report(
+        "spaces", rows, f"-t{args.trials}",
+        threads=args.threads, trials=args.trials, peak_gflops=peak.gflops_all,
+    )  # fmt: skip
     lines = markdown_report(report, layouts)
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def save_report(
+    kind: str, rows: list[dict[str, Any]], suffix: str = "", **fields: Any
+) -> tuple[dict[str, Any], pathlib.Path]:
+    """Write ``reports/<kind>-<date><suffix>.json``: the date, ``fields`` and ``rows``; returns
+    the report and the path stem its ``.md`` goes next to."""
+    report = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **fields, "rows": rows}
+    REPORTS.mkdir(exist_ok=True)
+    stem = REPORTS / f"{kind}-{report['date'][:16].replace(':', '')}{suffix}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    return report, stem
 
 
 def markdown_report(report: dict, layouts: list[Layout]) -> list[str]:

@@ -12,7 +12,6 @@ transformed (as a build would hold them).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import pathlib
 import sys
@@ -26,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm_ffi import structural_hash
 
-from bench.spaces import REPORTS, describe, single_conv, unique_convs
+from bench.spaces import describe, save_report, single_conv, unique_convs
 from convtune.db.migrate import upgrade
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine
@@ -152,15 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             row["variants"][name] |= {"ms": median * 1e3, "gflops": gflop / median}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "threads": args.threads,
-        "trials": args.trials,
-        "peak_gflops": peak.gflops_all,
-        "rows": rows,
-    }
-    stem = REPORTS / f"winograd-{report['date'][:16].replace(':', '')}-t{args.trials}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    _, stem = save_report(
+        "winograd", rows, f"-t{args.trials}",
+        threads=args.threads, trials=args.trials, peak_gflops=peak.gflops_all,
+    )  # fmt: skip
     names = list(rows[0]["variants"]) if rows else []
     lines = [
         f"# Winograd vs direct blocked kernel, ResNet-50 3×3 s1 convs ({args.trials} trials "

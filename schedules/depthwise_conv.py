@@ -42,7 +42,8 @@ from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.target import Target
 
 from .base import ScheduleSpace
-from .nchwc_conv import conv_and_epilogue, parallel_vectorize
+from .conv_call import conv2d_call, lower_conv2d
+from .nchwc_conv import conv_and_epilogue, epilogue_at, parallel_vectorize
 
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
 PAD_BLOCK = "depthwise_pad"
@@ -88,18 +89,14 @@ def blocked_depthwise_conv2d(data: Expr, weight: np.ndarray, attrs: Any, lanes: 
 
     For a blocked-layout pass: check :func:`is_blockable_depthwise` first.
     """
-    out_dtype = str(attrs.out_dtype)
-    return relax.op.nn.conv2d(
+    return conv2d_call(
         data,
         relax.const(block_depthwise_weight(weight, lanes), str(weight.dtype)),
-        strides=attrs.strides,
-        padding=attrs.padding,
-        dilation=attrs.dilation,
+        attrs,
         groups=int(attrs.groups),
         data_layout=f"NCHW{lanes}c",
         kernel_layout=f"OIHW1i{lanes}o",
         out_layout=f"NCHW{lanes}c",
-        out_dtype=out_dtype if out_dtype not in ("", "None", "void") else None,
     )
 
 
@@ -148,20 +145,7 @@ def is_blocked_depthwise_call(call: Call) -> bool:
 
 def legalize_depthwise_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     """Lower a blocked depthwise Relax conv2d with :func:`depthwise_conv2d_nchwc`."""
-    attrs = call.attrs
-    out_dtype = str(attrs.out_dtype)
-    if out_dtype in ("", "None", "void"):
-        out_dtype = str(call.ty.dtype)
-    return bb.call_te(
-        depthwise_conv2d_nchwc,
-        call.args[0],
-        call.args[1],
-        attrs.strides,
-        attrs.padding,
-        attrs.dilation,
-        out_dtype,
-        primfunc_name_hint=DEPTHWISE_BLOCK,
-    )
+    return lower_conv2d(bb, call, depthwise_conv2d_nchwc, DEPTHWISE_BLOCK)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,10 +176,7 @@ def schedule_depthwise(sch: Schedule, *, inline_pad: bool) -> None:
     sch.unroll(kw)
     sch.unroll(ow_inner)
     sch.vectorize(lanes)
-    if output is not None:
-        # Unit loops kept: every candidate replays the same instructions whatever its tiles.
-        sch.reverse_compute_at(output, ow_outer, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(output)[-1])
+    epilogue_at(sch, output, ow_outer)
     sch.decompose_reduction(conv, kh)
     for block in prologue:
         if inline_pad and sch.get(block).name_hint == PAD_BLOCK:

@@ -42,6 +42,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
 from . import stem_conv
+from .conv_call import attr_dtype, conv2d_call, lower_conv2d
 from .depthwise_conv import (
     blocked_depthwise_conv2d,
     is_blockable_depthwise,
@@ -452,17 +453,14 @@ class _BlockingMutator(PyExprMutator):
                     lambda o, i, h, w: (o // lanes, i // lanes, h, w, i % lanes, o % lanes),
                 )
             )
-        dense = relax.op.nn.conv2d(
+        dense = conv2d_call(
             data.var,
             packed,
-            strides=attrs.strides,
-            padding=attrs.padding,
-            dilation=attrs.dilation,
+            attrs,
             groups=int(attrs.groups),
             data_layout=f"NCHW{self.lanes}c",
             kernel_layout=f"OIHW{self.lanes}i{self.lanes}o",
             out_layout=f"NCHW{self.lanes}c",
-            out_dtype=_dtype_or_none(attrs.out_dtype),
         )
         self._emit_blocked(var, dense, out_shape[1])
 
@@ -563,7 +561,7 @@ class _BlockingMutator(PyExprMutator):
                 cubic_alpha=float(attrs.cubic_alpha),
                 cubic_exclude=int(attrs.cubic_exclude),
                 extrapolation_value=float(attrs.extrapolation_value),
-                out_dtype=_dtype_or_none(attrs.out_dtype),
+                out_dtype=attr_dtype(attrs.out_dtype),
             )
             return self._emit_blocked(var, expr, src.channels)
         if name == "relax.concat":
@@ -635,11 +633,6 @@ class _BlockingMutator(PyExprMutator):
         return self._emit_blocked(var, expr, out_shape[1])
 
 
-def _dtype_or_none(dtype: object) -> str | None:
-    text = str(dtype)
-    return None if text in ("", "None", "void") else text
-
-
 def _ints_of(expr: Expr) -> list[int]:
     """Integers of a static tuple/shape argument (strided_slice axes, begin, end, strides)."""
     if isinstance(expr, relax.ShapeExpr):
@@ -706,20 +699,8 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
         return _CONV2D.get_attr("FLegalize")(bb, call)
     if is_blocked_depthwise_call(call):
         return legalize_depthwise_conv2d(bb, call)
-    out_dtype = str(attrs.out_dtype)
-    if out_dtype in ("", "None", "void"):
-        out_dtype = str(call.ty.dtype)
-    return bb.call_te(
-        topi.nn.conv2d_NCHWc,
-        call.args[0],
-        call.args[1],
-        attrs.strides,
-        attrs.padding,
-        attrs.dilation,
-        attrs.data_layout,
-        attrs.out_layout,
-        out_dtype,
-        primfunc_name_hint="conv2d_NCHWc",
+    return lower_conv2d(
+        bb, call, topi.nn.conv2d_NCHWc, "conv2d_NCHWc", attrs.data_layout, attrs.out_layout
     )
 
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
-from tvm.s_tir.schedule import SBlockRV
+from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace, mark_space
@@ -74,18 +74,24 @@ def schedule_blocked_conv(sch: Schedule) -> None:
     sch.parallel(rows)
     sch.unroll(ow_inner)
     sch.vectorize(oc_block)
-    if output is not None:
-        # The accumulators of one segment are consumed where they are produced: the intermediate
-        # buffer shrinks to reg_n x lanes and lives in registers.
-        # Unit loops are kept so every candidate has the same loop count whatever its tile sizes:
-        # MetaSchedule replays a trace with mutated decisions instruction by instruction.
-        sch.reverse_compute_at(output, ow_outer, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(output)[-1])
+    epilogue_at(sch, output, ow_outer)
     # The zero-fill of the accumulators happens once per segment, before the reduction; LLVM
     # vectorises it (its loop count depends on the tile sizes, so it is not scheduled here).
     sch.decompose_reduction(conv, ic_outer)
     for block in prologue:
         parallel_vectorize(sch, block)
+
+
+def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:
+    """Compute the conv's epilogue block ``output`` (if any) under ``loop``, vectorized: the
+    accumulators of one register block are consumed where they are produced, so the
+    intermediate buffer shrinks to the block and lives in registers.
+
+    Unit loops are kept so every candidate has the same loop count whatever its tile sizes:
+    MetaSchedule replays a trace with mutated decisions instruction by instruction."""
+    if output is not None:
+        sch.reverse_compute_at(output, loop, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(output)[-1])
 
 
 def parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:

@@ -35,7 +35,13 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace
-from .nchwc_conv import CONV_BLOCK, MAX_REGISTER_BLOCK, conv_and_epilogue, parallel_vectorize
+from .nchwc_conv import (
+    CONV_BLOCK,
+    MAX_REGISTER_BLOCK,
+    conv_and_epilogue,
+    epilogue_at,
+    parallel_vectorize,
+)
 
 SPACE_NAME = "nchwc-regblock2d"
 OC_BLOCKS = (1, 2, 4)
@@ -111,10 +117,7 @@ def schedule_register_block(
     for loop in (*unrolled, oc_in, oh_in, ow_in):
         sch.unroll(loop)
     sch.vectorize(oc_block)
-    if output is not None:
-        # The accumulator tile is consumed where it is produced (see nchwc_conv.py).
-        sch.reverse_compute_at(output, ow_outer, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(output)[-1])
+    epilogue_at(sch, output, ow_outer)
     sch.decompose_reduction(conv, reduction[0])
 
 

@@ -31,6 +31,7 @@ from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.target import Target
 
 from .base import ScheduleSpace
+from .conv_call import conv2d_call, lower_conv2d
 from .nchwc_conv import conv_and_epilogue
 from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
 
@@ -98,37 +99,20 @@ def is_output_blocked(data_layout: str, out_layout: str) -> bool:
 
 def legalize(bb: BlockBuilder, call: Call) -> Expr:
     """Lower a Relax conv2d with NCHW data and NCHW{x}c output to the TE compute above."""
-    attrs = call.attrs
-    out_dtype = str(attrs.out_dtype)
-    if out_dtype in ("", "None", "void"):
-        out_dtype = str(call.args[0].ty.dtype)
-    return bb.call_te(
-        conv2d_nchw_nchwc,
-        call.args[0],
-        call.args[1],
-        attrs.strides,
-        attrs.padding,
-        attrs.dilation,
-        out_dtype,
-        primfunc_name_hint="conv2d_nchw_NCHWc",
-    )
+    return lower_conv2d(bb, call, conv2d_nchw_nchwc, "conv2d_nchw_NCHWc")
 
 
 def output_blocked_conv(data: Expr, weight: np.ndarray, attrs: Any, lanes: int) -> Expr:
     """The Relax conv2d of ``data`` (NCHW) with the constant OIHW ``weight`` (packed here, at
     build time) and the strides/padding/dilation of ``attrs``, its output in NCHW{lanes}c."""
-    out_dtype = str(attrs.out_dtype)
-    return relax.op.nn.conv2d(
+    return conv2d_call(
         data,
         relax.const(pack_weight(weight, lanes), str(weight.dtype)),
-        strides=attrs.strides,
-        padding=attrs.padding,
-        dilation=attrs.dilation,
+        attrs,
         groups=1,
         data_layout="NCHW",
         kernel_layout=f"OIHW{lanes}o",
         out_layout=f"NCHW{lanes}c",
-        out_dtype=out_dtype if out_dtype not in ("", "None", "void") else None,
     )
 
 

@@ -100,6 +100,35 @@ class ModelBench:
     round_medians: dict[str, list[float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    @classmethod
+    def of(
+        cls,
+        ingested: IngestedModel,
+        *,
+        threads: int,
+        peak_gflops: float,
+        peak_source: str,
+        stats: dict[str, Stats],
+        mode: str = INTERLEAVED,
+        round_medians: dict[str, list[float]] | None = None,
+        notes: Sequence[str] = (),
+    ) -> ModelBench:
+        """The bench of ``ingested`` (its name, hash and FLOPs read off the model)."""
+        from .flops import model_flops
+
+        return cls(
+            model=ingested.name,
+            sha256=ingested.sha256,
+            threads=threads,
+            gflop=model_flops(ingested.model).gflops,
+            peak_gflops=peak_gflops,
+            peak_source=peak_source,
+            stats=stats,
+            mode=mode,
+            round_medians=round_medians or {},
+            notes=tuple(notes),
+        )
+
     def best_peer(self) -> str | None:
         """The peer (onnxruntime, OpenVINO) with the lowest median, None if none was timed."""
         peers = [name for name in PEERS if name in self.stats]
@@ -165,7 +194,6 @@ def bench_model(
     False. The untuned build stops being timed once it has used ``untuned_budget_s`` seconds
     (naive loops take seconds per call on a real CNN) but always gets one sample.
     """
-    from .flops import model_flops
     from .runtime import Artifact, set_threads
     from .verify import random_feeds
 
@@ -194,15 +222,13 @@ def bench_model(
         min_round_s=min_round_s,
         budget_s={UNTUNED: untuned_budget_s},
     )
-    return ModelBench(
-        model=ingested.name,
-        sha256=ingested.sha256,
+    return ModelBench.of(
+        ingested,
         threads=threads,
-        gflop=model_flops(ingested.model).gflops,
         peak_gflops=peak_gflops,
         peak_source=peak_source,
         stats=stats,
-        notes=tuple(notes),
+        notes=notes,
     )
 
 
@@ -367,14 +393,10 @@ def _isolated_result(
     notes: Sequence[str],
 ) -> ModelBench:
     """Summarise round medians per contender (the order of ``per_round`` is the table's)."""
-    from .flops import model_flops
-
     medians = {name: [s.median for s in stats] for name, stats in per_round.items()}
-    return ModelBench(
-        model=ingested.name,
-        sha256=ingested.sha256,
+    return ModelBench.of(
+        ingested,
         threads=threads,
-        gflop=model_flops(ingested.model).gflops,
         peak_gflops=peak_gflops,
         peak_source=peak_source,
         stats={
@@ -383,7 +405,7 @@ def _isolated_result(
         },
         mode=ISOLATED,
         round_medians=medians,
-        notes=tuple(notes),
+        notes=notes,
     )
 
 

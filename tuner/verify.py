@@ -7,6 +7,7 @@ order (tiling, vectorisation) differ by a few ULPs of the running sum, not of ea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ def reference_outputs(
 
 
 def compare(
-    ours: list[np.ndarray], reference: list[np.ndarray], names: list[str], seed: int
+    ours: Sequence[np.ndarray], reference: Sequence[np.ndarray], names: Sequence[str], seed: int
 ) -> Verification:
     if len(ours) != len(reference):
         return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, "output count")
@@ -74,20 +75,34 @@ def compare(
     return Verification(passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0])
 
 
-def verify_artifact(
-    artifact: Artifact, ingested: IngestedModel, *, threads: int, seed: int = 0
+def check_outputs(
+    outputs: Sequence[np.ndarray],
+    ingested: IngestedModel,
+    feeds: dict[str, np.ndarray],
+    *,
+    threads: int,
+    seed: int,
+    where: str = "",
 ) -> Verification:
-    """Run both on the same seeded inputs; raises ``VerificationError`` on a mismatch."""
-    feeds = random_feeds(ingested.inputs, seed)
+    """Compare the artifact's ``outputs`` on ``feeds`` with onnxruntime's; raises
+    ``VerificationError`` on a mismatch (``where`` names the device that ran them, if remote)."""
     result = compare(
-        artifact.run(feeds),
+        outputs,
         reference_outputs(ingested, feeds, threads),
         [spec.name for spec in ingested.outputs],
         seed,
     )
     if not result.passed:
         raise VerificationError(
-            f"artifact disagrees with onnxruntime on output '{result.worst_output}': "
+            f"artifact disagrees with onnxruntime{where} on output '{result.worst_output}': "
             f"max abs error {result.max_abs_err:.3g} (tolerance rtol={RTOL}, atol={ATOL}·max|ref|)"
         )
     return result
+
+
+def verify_artifact(
+    artifact: Artifact, ingested: IngestedModel, *, threads: int, seed: int = 0
+) -> Verification:
+    """Run both on the same seeded inputs; raises ``VerificationError`` on a mismatch."""
+    feeds = random_feeds(ingested.inputs, seed)
+    return check_outputs(artifact.run(feeds), ingested, feeds, threads=threads, seed=seed)

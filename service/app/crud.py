@@ -147,6 +147,40 @@ def create_job(
     return job, True
 
 
+class LayerBudgets:
+    """How many trials each layer of a job gets in all (its records before the job included).
+
+    Since the Conv/Gemm tasks share a pool split by expected gain (``tuner.search.plan_search``),
+    a layer's budget is what the job's latest ``search_planned`` event allocated to it; a layer
+    absent from that plan had all its trials already. Before the job plans (queued, extracting)
+    the budget is the flat per-task figure of its options.
+    """
+
+    def __init__(self, session: Session, job: JobRow | None) -> None:
+        options = (job.options or {}) if job is not None else {}
+        self.per_task = int(options.get("trials_per_task") or 0)
+        self.planned: dict[int, int] | None = None
+        if job is not None:
+            payload = session.scalars(
+                select(JobEventRow.payload)
+                .where(JobEventRow.job_id == job.id, JobEventRow.kind == "search_planned")
+                .order_by(JobEventRow.id.desc())
+                .limit(1)
+            ).first()
+            if isinstance(payload, dict):
+                self.planned = {
+                    int(row["task_index"]): int(row["budget"])
+                    for row in payload.get("allocation", [])
+                    if isinstance(row, dict) and "task_index" in row and "budget" in row
+                }
+
+    def of(self, row: ModelWorkloadRow, trials: int) -> int | None:
+        """The budget of layer ``row`` with ``trials`` recorded; None without a job."""
+        if self.planned is not None:
+            return self.planned.get(row.position, trials)
+        return task_budget(row.kind, self.per_task) if self.per_task else None
+
+
 def job_out(session: Session, job: JobRow) -> JobOut:
     """The job with per-layer progress from ``tuning_records``.
 
@@ -157,14 +191,14 @@ def job_out(session: Session, job: JobRow) -> JobOut:
     workload_ids = [r.workload_id for r in rows]
     mine = record_stats(session, workload_ids, job_id=job.id)
     overall = record_stats(session, workload_ids)
-    per_task = int(job.options.get("trials_per_task") or 0)
+    layer_budgets = LayerBudgets(session, job)
     progress = []
     # Layers sharing one workload are tuned once: totals count each workload once.
     budgets: dict[int, int] = {}
     for row in rows:
         key = row.workload_id if row.workload_id is not None else -1
-        budget = task_budget(row.kind, per_task)
         trials, best, _ = overall.get(key, NO_RECORDS)
+        budget = layer_budgets.of(row, trials) or 0
         progress.append(
             LayerProgress(
                 position=row.position,

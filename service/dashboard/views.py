@@ -24,9 +24,10 @@ from convtune.db.models import (
     WorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
-from convtune.tuner.options import Layout, TuneOptions, task_budget
+from convtune.tuner.options import Layout, TuneOptions
 
 from ..app.core.errors import not_found
+from ..app.crud import LayerBudgets
 from . import series
 from .traces import summarize_trace
 
@@ -183,7 +184,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     )
     target_id = job.target_id if job is not None else (artifact.target_id if artifact else None)
     peak = peak_of(session, target_id)
-    per_task = int((job.options or {}).get("trials_per_task") or 0) if job else 0
+    budgets_of = LayerBudgets(session, job)
     mws = session.scalars(
         select(ModelWorkloadRow)
         .where(ModelWorkloadRow.model_id == model.id)
@@ -193,7 +194,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     stats = record_stats(session, ids)
     errors = _error_counts(session, ids)
     profile = _profile_by_task(artifact)
-    rows = [_layer_row(mw, stats, errors, profile, per_task, peak) for mw in mws]
+    rows = [_layer_row(mw, stats, errors, profile, budgets_of, peak) for mw in mws]
     _fill_shares(rows)
     rows.sort(key=_cost_key)
     # Layers sharing a workload are tuned once: totals count each workload once.
@@ -280,7 +281,7 @@ def _layer_row(
     stats: dict[int, RecordStats],
     errors: dict[int, tuple[int, int]],
     profile: dict[str, dict[str, Any]],
-    per_task: int,
+    budgets: LayerBudgets,
     peak: float | None,
 ) -> dict[str, Any]:
     wid = mw.workload_id
@@ -303,7 +304,7 @@ def _layer_row(
         "flops": mw.flops,
         "occurrences": mw.occurrences,
         "trials": stat.trials,
-        "budget": task_budget(mw.kind, per_task) if per_task else None,
+        "budget": budgets.of(mw, stat.trials),
         "best_gflops": best,
         "pct_peak": 100.0 * best / peak if best and peak else None,
         # Time of the layer in one inference: every occurrence runs the same kernel.

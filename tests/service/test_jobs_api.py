@@ -109,3 +109,38 @@ def test_cancel_a_queued_job_and_stream_its_events(client, model):
 
 def test_events_of_an_unknown_job(client):
     assert_error(client.get("/api/jobs/999999/events"), 404, "not_found")
+
+
+def test_layer_budgets_follow_the_search_plan(service, client, model):
+    """Once the search has planned, a layer's budget is what the plan allocated to it (the pool
+    is split by expected gain), in the API and on the dashboard; a layer the plan left out had
+    all its trials already."""
+    from sqlalchemy.orm import Session
+
+    from convtune.db.models import JobEventRow
+    from convtune.db.session import make_engine
+
+    job = client.post(f"/api/models/{model['id']}/jobs", json={"trials_per_task": 3}).json()
+    [layer] = job["progress"]
+    assert layer["budget"] == 3
+    engine = make_engine(service.env["CONVTUNE_DATABASE_URL"])
+    allocation = [{"task_index": layer["position"], "budget": 11, "trials": 11, "recorded": 0}]
+    with Session(engine) as session:
+        session.add(
+            JobEventRow(job_id=job["id"], kind="search_planned", payload={"allocation": allocation})
+        )
+        session.commit()
+    planned = client.get(f"/api/jobs/{job['id']}").json()
+    assert planned["progress"][0]["budget"] == 11 and planned["trials_budget"] == 11
+    view = client.get(f"/jobs/{job['id']}/layers.json").json()
+    assert [r["budget"] for r in view["rows"] if r["position"] == layer["position"]] == [11]
+    assert view["trials_budget"] == 11
+    # A later plan (a resumed job) that has nothing left for the layer: its budget is its trials.
+    with Session(engine) as session:
+        session.add(
+            JobEventRow(job_id=job["id"], kind="search_planned", payload={"allocation": []})
+        )
+        session.commit()
+    replanned = client.get(f"/api/jobs/{job['id']}").json()
+    assert replanned["progress"][0]["budget"] == replanned["progress"][0]["trials"] == 0
+    engine.dispose()
