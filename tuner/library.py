@@ -9,6 +9,8 @@ the baseline tuning must beat.
 from __future__ import annotations
 
 import hashlib
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
@@ -28,12 +30,22 @@ def build_library(
     A task without a successful record compiles to TVM's unscheduled loops: callers list such tasks
     (``untuned``) in the manifest instead of hiding them.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     executable = ms.relax_integration.compile_relax(database, relax_model.mod, target, params=None)
+    return _publish(out_dir, lambda partial: executable.export_library(str(partial)))
+
+
+def copy_library(built: Path, out_dir: Path) -> Path:
+    """``built`` (a library built before with the same key) as ``out_dir/model.so``."""
+    return _publish(out_dir, lambda partial: shutil.copyfile(built, partial))
+
+
+def _publish(out_dir: Path, write: Callable[[Path], object]) -> Path:
+    """``out_dir/model.so``, written by ``write`` under a temporary name and renamed: a
+    half-written library must never look like an artifact."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     so_path = out_dir / LIBRARY_NAME
-    # Written under a temporary name: a half-written library must never look like an artifact.
     partial = out_dir / f".{LIBRARY_NAME}.partial.so"
-    executable.export_library(str(partial))
+    write(partial)
     partial.replace(so_path)
     return so_path
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
 from .extract import ModelTask, RelaxModel, extract_tasks
 from .fleet import FleetUnavailable, find_fleet
 from .ingest import IngestedModel
-from .library import build_library, file_sha256
+from .library import build_library, copy_library, file_sha256
 from .options import DEFAULT_LAYOUT, Layout, TuneOptions
 from .runtime import Artifact, set_threads
 from .search import EventSink, SearchResult, run_search
@@ -117,6 +119,8 @@ def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
         rows.append(
             {
                 **task.as_dict(),
+                "workload_id": wid,
+                "record_id": best.id if best is not None else None,
                 "trials": prepared.database.count_trials(wid),
                 "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
                 "best_gflops": best.gflops if best is not None else None,
@@ -124,6 +128,41 @@ def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def build_key(prepared: PreparedModel, layout: Layout, layers: list[dict[str, Any]]) -> str:
+    """What the library of ``prepared`` is a function of: code versions, target, layout, and the
+    record chosen for every task. Equal keys build equal libraries."""
+    identity = {
+        "convtune": version("convtune"),
+        "tvm": tvm.__version__,
+        "target": str(prepared.target),
+        "layout": layout.value,
+        "records": sorted((row["workload_id"], row["record_id"] or 0) for row in layers),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def reusable_library(engine: Engine, prepared: PreparedModel, key: str) -> ArtifactRow | None:
+    """A verified artifact of this model and target built under ``key`` whose library is still
+    on disk, unchanged: a re-upload of a tuned model is then served without a rebuild."""
+    with Session(engine) as session:
+        rows = session.scalars(
+            select(ArtifactRow)
+            .where(
+                ArtifactRow.model_id == prepared.model_id,
+                ArtifactRow.target_id == prepared.database.target_id,
+                ArtifactRow.verified.is_(True),
+            )
+            .order_by(ArtifactRow.id.desc())
+        ).all()
+        for row in rows:
+            path = Path(row.path)
+            built_so = (row.manifest or {}).get("build_key") == key and path.is_file()
+            if built_so and file_sha256(path) == row.sha256:
+                session.expunge(row)
+                return row
+    return None
 
 
 def tune_model(
@@ -181,8 +220,22 @@ def tune_model(
     )
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
-    emit("build_started", {"trials_measured": search.trials_measured, "reason": search.reason})
-    so_path = build_library(prepared.relax_model, prepared.database, prepared.target, out_dir)
+    layers = layer_figures(prepared)
+    key = build_key(prepared, options.layout, layers)
+    # Nothing new measured and the same records chosen: the library built before is this one.
+    reused = reusable_library(engine, prepared, key) if fleet is None else None
+    emit(
+        "build_started",
+        {
+            "trials_measured": search.trials_measured,
+            "reason": search.reason,
+            "reused_artifact": reused.id if reused is not None else None,
+        },
+    )
+    if reused is not None:
+        so_path = copy_library(Path(reused.path), out_dir)
+    else:
+        so_path = build_library(prepared.relax_model, prepared.database, prepared.target, out_dir)
     set_threads(threads)
     try:
         verification = verify_artifact(
@@ -208,7 +261,6 @@ def tune_model(
         so_path.unlink(missing_ok=True)
         raise
     emit("verified", {**verification.as_dict(), "on_device": on_device})
-    layers = layer_figures(prepared)
     manifest = {
         "format": MANIFEST_FORMAT,
         "model": {"name": ingested.name, "sha256": ingested.sha256},
@@ -231,6 +283,8 @@ def tune_model(
             "seed": options.seed,
         },
         "untuned_tasks": [row["task"] for row in layers if row["best_ms"] is None],
+        "build_key": key,
+        "reused_from_artifact": reused.id if reused is not None else None,
         "layers": layers,
     }
     (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, default=_json_default))

@@ -215,6 +215,45 @@ def test_workload_tuned_by_another_model_is_not_searched_again(tmp_path, db_engi
         assert [row.onnx_nodes for row in linked] == [["conv0"], ["conv0"]]
 
 
+def test_a_tuned_model_again_reuses_its_library_until_a_record_changes(tmp_path, db_engine):
+    """Re-tuning a tuned model measures nothing and serves the library built before (copied,
+    verified again, a new artifact row); once a faster record exists it is rebuilt."""
+    ingested = load_model(to_bytes(conv_net(in_channels=8, out_channels=16, seed=3)), name="c")
+    options = TuneOptions(trials_per_task=3)
+    first = tune_model(ingested, tmp_path / "a", options, engine=db_engine)
+    assert first.manifest["reused_from_artifact"] is None
+    seen, sink = _events()
+    again = tune_model(ingested, tmp_path / "b", options, engine=db_engine, on_event=sink)
+    assert again.search.trials_measured == 0
+    assert dict(seen)["build_started"]["reused_artifact"] == first.artifact_id
+    assert again.manifest["reused_from_artifact"] == first.artifact_id
+    assert again.manifest["build_key"] == first.manifest["build_key"]
+    assert again.manifest["library"]["sha256"] == first.manifest["library"]["sha256"]
+    assert again.manifest["verification"]["passed"] is True and again.so_path.is_file()
+    assert again.artifact_id != first.artifact_id
+    # A faster record of the conv changes the key: the next build compiles again.
+    conv = next(row for row in first.manifest["layers"] if row["kind"] == "conv")
+    with Session(db_engine) as session, session.begin():
+        best = session.get(TuningRecordRow, conv["record_id"])
+        faster = TuningRecordRow(
+            **{
+                c.name: getattr(best, c.name)
+                for c in TuningRecordRow.__table__.columns
+                if c.name not in ("id", "created_at")
+            }
+        )
+        faster.trial_index = 10_000
+        faster.run_secs = [s / 2 for s in best.run_secs]
+        faster.mean_sec = best.mean_sec / 2
+        faster.gflops = best.gflops * 2 if best.gflops else None
+        session.add(faster)
+    rebuilt = tune_model(ingested, tmp_path / "c", options, engine=db_engine)
+    assert rebuilt.search.trials_measured == 0
+    assert rebuilt.manifest["reused_from_artifact"] is None
+    assert rebuilt.manifest["build_key"] != first.manifest["build_key"]
+    assert rebuilt.manifest["verification"]["passed"] is True
+
+
 def test_time_budget_stops_the_search_and_still_builds_a_verified_artifact(tmp_path, sqlite_engine):
     ingested = load_model(to_bytes(three_conv_cnn()), name="cnn3")
     result = tune_model(
