@@ -36,7 +36,7 @@ SPACES = {
         lambda mod, seed: [_applied(mod, seed, nchwc_conv.schedule_blocked_conv)],
     ),
     nchwc_conv2d.SPACE_NAME: (
-        nchwc_conv2d.PointwiseConvSpace().applies_to,
+        nchwc_conv2d.RegisterBlock2DConvSpace().applies_to,
         lambda mod, seed: nchwc_conv2d.design_spaces(s_tir.Schedule(mod, seed=seed)),
     ),
     stem_conv.SPACE_NAME: (

@@ -1,19 +1,22 @@
-"""A 2-D register block for blocked 1×1 convolutions: several output-channel chunks (and rows)
-per microkernel, so each loaded input value and weight vector feeds more FMAs.
+"""A 2-D register block for blocked convolutions: several output-channel chunks (and rows) per
+microkernel, so each loaded input value and weight vector feeds more FMAs.
 
 The register-blocked space (``nchwc_conv.py``) keeps ``reg_n`` accumulators of one output-channel
 chunk: per input channel it loads one weight vector and broadcasts ``reg_n`` inputs, one FMA
 each. A 1×1 convolution does only ``Cin`` FMAs per output vector, with no kernel window to reuse
 the broadcast input, and at 56×56 the per-layer benchmark measured it at 0.61-0.73× onnxruntime.
+A 3×3 convolution on a 7×7 or 14×14 map has too few columns for a long 1-D block (7 at most at
+7×7): ResNet-50's 512→512 3×3 at 7×7 ran at 63% of peak, 0.93× onnxruntime (2026-11-30, Zen 5).
 This space blocks the accumulators over ``oc_inner`` output-channel chunks × ``oh_inner`` rows ×
-``ow_inner`` columns (≤ 28 zmm registers): per input channel it loads ``oc_inner`` weight vectors
-and broadcasts ``oh_inner·ow_inner`` inputs, each broadcast feeding ``oc_inner`` FMAs
-(MLAS's NCHWc kernels use the same shape: 4 output blocks × 6 columns on AVX-512)::
+``ow_inner`` columns (≤ 28 zmm registers): per input channel and window tap it loads
+``oc_inner`` weight vectors and broadcasts ``oh_inner·ow_inner`` inputs, each broadcast feeding
+``oc_inner`` FMAs (MLAS's NCHWc kernels use the same shape: 4 output blocks × 6 columns on
+AVX-512)::
 
-    for ic_outer, ic_inner:
-        w[c] = weights[oc_outer·oc_inner + c, ic, 0:16]               for c < oc_inner
+    for ic_outer, kh, kw, ic_inner:
+        w[c] = weights[oc_outer·oc_inner + c, ic, kh, kw, 0:16]       for c < oc_inner
         for r, j:                                                     # unrolled
-            x = broadcast(input[ic, row + r, col + j])
+            x = broadcast(input[ic, (row + r)·s + kh, (col + j)·s + kw])
             acc[c, r, j] += x * w[c]                                   for c < oc_inner
 
 Knobs: ``oc_inner`` and ``oh_inner`` (one design space per pair, so their product bounds
@@ -60,12 +63,6 @@ def _conv_extents(mod: IRModule) -> dict[str, int] | None:
                 for name, loop in zip(names, sch.get_loops(block), strict=True)
             }
     return None
-
-
-def is_blocked_pointwise_conv(mod: IRModule) -> bool:
-    """Whether the task is a blocked 1×1 convolution (conv2d_NCHWc with a 1×1 window)."""
-    extents = _conv_extents(mod)
-    return extents is not None and extents["kh"] == 1 and extents["kw"] == 1
 
 
 def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
@@ -121,7 +118,7 @@ def schedule_register_block(
     sch.decompose_reduction(conv, reduction[0])
 
 
-def schedule_pointwise_conv(sch: Schedule, block: RegisterBlock) -> None:
+def schedule_conv_2d_block(sch: Schedule, block: RegisterBlock) -> None:
     """Apply the 2-D register-blocked schedule of this space (in place)."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
     lanes = int(sch.get(sch.get_loops(conv)[4]).extent)
@@ -139,24 +136,22 @@ def design_spaces(sch: Schedule) -> list[Schedule]:
     ):
         copy = sch.copy()
         copy.seed(sch.fork_seed())
-        schedule_pointwise_conv(copy, RegisterBlock(oc_inner, oh_inner, order))
+        schedule_conv_2d_block(copy, RegisterBlock(oc_inner, oh_inner, order))
         spaces.append(copy)
     return spaces
 
 
-class PointwiseConvSpace(ScheduleSpace):
-    """Blocked 1×1 convolutions: the 2-D register block above, one design space per
-    (oc_inner, oh_inner, order); a few dozen distinct schedules per layer."""
+class RegisterBlock2DConvSpace(ScheduleSpace):
+    """Blocked convolutions (any window, stride, dilation, groups): the 2-D register block
+    above, one design space per (oc_inner, oh_inner, order); a few dozen distinct schedules per
+    layer."""
 
     name: ClassVar[str] = SPACE_NAME
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        if not is_blocked_pointwise_conv(mod):
-            return False
         extents = _conv_extents(mod)
-        assert extents is not None
-        return bool(register_blocks(extents["oc_chunk"], extents["oh"]))
+        return extents is not None and bool(register_blocks(extents["oc_chunk"], extents["oh"]))
 
     def generator(self, target: Target) -> SpaceGenerator:
         return ScheduleFn(design_spaces, sch_rules=[], postprocs="llvm", mutator_probs="llvm")

@@ -16,13 +16,13 @@ from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .depthwise_conv import DepthwiseConvSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
-from .nchwc_conv2d import PointwiseConvSpace
+from .nchwc_conv2d import RegisterBlock2DConvSpace
 from .stem_conv import StemConvSpace
 
 SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
     RegisterBlockedConvSpace(),
-    PointwiseConvSpace(),
+    RegisterBlock2DConvSpace(),
     DepthwiseConvSpace(),
     StemConvSpace(),
 )

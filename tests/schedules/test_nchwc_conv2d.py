@@ -1,5 +1,5 @@
-"""The 2-D register-blocked space for blocked 1×1 convolutions: every design space's schedule
-equals the unscheduled TIR, across the shapes ResNet-style networks have and some they do not."""
+"""The 2-D register-blocked space for blocked convolutions: every design space's schedule equals
+the unscheduled TIR, across the shapes ResNet-style networks have and some they do not."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from tvm import s_tir
 from convtune.schedules.nchwc_conv import is_blocked_conv
 from convtune.schedules.nchwc_conv2d import (
     SPACE_NAME,
-    PointwiseConvSpace,
+    RegisterBlock2DConvSpace,
     design_spaces,
-    is_blocked_pointwise_conv,
 )
 from convtune.schedules.registry import SPACES, space_of
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.target import make_target
+from tests.models import conv_net, to_bytes
 from tests.schedules.kernels import assert_close, conv_task, random_args, run
 
 CONFIGS = {
@@ -23,13 +26,18 @@ CONFIGS = {
     "batch3-odd": dict(batch=3, in_channels=32, out_channels=32, size=7, kernel=1, pads=0),
     "no-epilogue": dict(in_channels=16, out_channels=64, size=6, kernel=1, pads=0, bias=False,
                         relu=False),
+    "3x3-at-7": dict(in_channels=32, out_channels=64, size=7),
+    "3x3-stride2-odd": dict(in_channels=16, out_channels=32, size=15, strides=2),
+    "3x3-dilation2-batch2": dict(batch=2, in_channels=16, out_channels=32, size=10, dilations=2,
+                                 pads=2),
+    "3x3-groups2": dict(in_channels=64, out_channels=64, size=6, group=2),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
-    task = conv_task(CONFIGS[name], is_blocked_pointwise_conv)
-    assert PointwiseConvSpace().applies_to(task.mod)
+    task = conv_task(CONFIGS[name], is_blocked_conv)
+    assert RegisterBlock2DConvSpace().applies_to(task.mod)
     args = random_args(task.mod)
     reference = run(task.mod, args)
     spaces = design_spaces(s_tir.Schedule(task.mod, seed=1))
@@ -39,12 +47,15 @@ def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
         assert_close(run(sch.mod, args), reference)
 
 
-def test_applies_to_blocked_1x1_convs_only() -> None:
+def test_applies_to_blocked_convs_with_more_than_one_chunk_or_row() -> None:
     three = conv_task(dict(in_channels=16, out_channels=32, size=6), is_blocked_conv)
-    assert not PointwiseConvSpace().applies_to(three.mod)
+    assert RegisterBlock2DConvSpace().applies_to(three.mod)
     # One output-channel chunk and one row: only the 1-D block of nchwc_conv.py is left.
     single = conv_task(
         dict(in_channels=16, out_channels=16, size=1, kernel=1, pads=0), is_blocked_conv
     )
-    assert is_blocked_pointwise_conv(single.mod)
-    assert not PointwiseConvSpace().applies_to(single.mod)
+    assert not RegisterBlock2DConvSpace().applies_to(single.mod)
+    # Not a blocked conv at all (channels that do not divide stay NCHW).
+    nchw = load_model(to_bytes(conv_net(in_channels=3, out_channels=24, size=8)))
+    _, tasks = extract_tasks(nchw, make_target(None), "nchwc")
+    assert not any(RegisterBlock2DConvSpace().applies_to(task.mod) for task in tasks)
