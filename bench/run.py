@@ -481,7 +481,10 @@ def main(argv: list[str] | None = None) -> list[pathlib.Path]:
     written = []
     for name in args.models.split(","):
         report = run_model(name, args, engine, peak)
-        path = write_report(name, report, args.out)
+        # The model's name with its input size (resnet50-256), and the run's label: a warm run
+        # must not overwrite the cold one's report.
+        label = f"-{args.label}" if args.label else ""
+        path = write_report(f"{report['model']}{label}", report, args.out)
         print(path.read_text())
         written.append(path)
     return written
