@@ -360,7 +360,8 @@ class SQLDatabase(PyDatabase):
         return rows[0] if rows else None
 
     def mark_exhausted(self, workload_id: int, key: str) -> None:
-        """Record that a search over the spaces named by ``key`` found nothing new to measure."""
+        """Record that a search over the spaces named by ``key`` found nothing new to measure, or
+        nothing faster for several batches (it converged)."""
         with self._sessions() as session:
             session.execute(
                 update(WorkloadRow).where(WorkloadRow.id == workload_id).values(exhausted_key=key)

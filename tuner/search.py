@@ -223,8 +223,10 @@ def plan_search(
     never measured gets at least ``ALLOCATION_FLOOR`` × ``trials_per_task``, none more than
     ``ALLOCATION_CAP`` × ``trials_per_task`` in all.
 
-    A task whose workload a search over the same spaces left with nothing new to measure
-    (``exhausted``, see :func:`exhaustion_key`) gets no trials, unless ``retune``.
+    A task whose workload a search over the same spaces left with nothing new to measure, or
+    stopped because its best had not improved in ``PATIENCE_BATCHES`` batches (``exhausted``,
+    see :func:`exhaustion_key`), gets no trials, unless ``retune``: running the same command
+    twice measures nothing the second time.
     """
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
@@ -283,8 +285,11 @@ class TrialBudget:
         deadline: float | None,
         should_stop: Callable[[], bool] | None,
         result: SearchResult,
+        converged_key: str | None = None,
     ) -> None:
         self.plan = plan
+        # A task stopped for lack of progress is marked with this key (see plan_search).
+        self.converged_key = converged_key
         self.database = database
         self.deadline = deadline
         self.should_stop = should_stop
@@ -333,13 +338,21 @@ class TrialBudget:
             self.best[index] = best_sec
             self.stale[index] = 0
             return False
+        if self.caps is not None:
+            # A seed pass of a second space that does not beat the first says nothing of
+            # whether the union search will: patience counts union batches only.
+            return False
         self.stale[index] = self.stale.get(index, 0) + 1
-        if self.caps is not None or self.stale[index] < PATIENCE_BATCHES:
+        if self.stale[index] < PATIENCE_BATCHES:
             return False
         if index in self.retired:
             return False
         self.retired.add(index)
         self.spare += max(0, self.plan.budgets[index] - self.counts[index])
+        if self.converged_key is not None:
+            # The same command again (a re-upload) measures nothing for it; ``retune`` or
+            # another set of spaces searches it again.
+            self.database.mark_exhausted(self.plan.workload_ids[index], self.converged_key)
         return True
 
     def measured(self, index: int) -> set[str]:
@@ -607,7 +620,7 @@ def run_search(
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
-    budget = TrialBudget(plan, database, deadline, should_stop, result)
+    budget = TrialBudget(plan, database, deadline, should_stop, result, exhaustion_key(spaces))
 
     store = CostModelStore(database, seed=seed, threads=threads)
     warm = store.warm()

@@ -153,3 +153,31 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
     again = seed_rounds(plan, active, database, SPACES)
     assert (first, space.name) not in [(i, s.name) for r in again for i, s in r.items()]
     engine.dispose()
+
+
+def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None:
+    """Early stop persists: a workload whose best did not improve in PATIENCE_BATCHES batches
+    gets no trials from the same command again (a re-upload measures nothing), but does from a
+    retune or under other spaces."""
+    from convtune.schedules.registry import SPACES
+    from convtune.tuner.search import PATIENCE_BATCHES, exhaustion_key
+
+    tasks, database, _ = setup
+    key = exhaustion_key(SPACES)
+    plan = plan_search(tasks, database, 10, retune=False, exhausted=key)
+    conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
+    _record(database, plan.workload_ids[conv], 2)
+    budget = TrialBudget(plan, database, None, None, SearchResult(), converged_key=key)
+    # Seed passes (caps set) never stop a task.
+    budget.caps = {conv: 4}
+    assert not any(budget.batch_measured(conv, 1e-3) for _ in range(PATIENCE_BATCHES + 1))
+    assert database.exhausted_key(plan.workload_ids[conv]) is None
+    budget.caps = None
+    stops = [budget.batch_measured(conv, 1e-3) for _ in range(PATIENCE_BATCHES)]
+    assert stops == [False] * (PATIENCE_BATCHES - 1) + [True]
+    assert budget.allowance(conv) == 0
+    assert database.exhausted_key(plan.workload_ids[conv]) == key
+    assert plan_search(tasks, database, 10, retune=False, exhausted=key).remaining(conv) == 0
+    assert plan_search(tasks, database, 10, retune=True, exhausted=key).remaining(conv) > 0
+    other = exhaustion_key(SPACES[:1])
+    assert plan_search(tasks, database, 10, retune=False, exhausted=other).remaining(conv) > 0
