@@ -20,6 +20,7 @@ from convtune.db.session import make_engine
 from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace, mark_space
 from convtune.schedules.generic import GenericSpace
 from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
+from convtune.schedules.nchwc_conv2d import RegisterBlock2DConvSpace
 from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
@@ -51,7 +52,11 @@ def test_applicable_spaces_follow_the_task(blocked_model_tasks) -> None:
     kinds = {}
     for task in blocked_model_tasks:
         kinds[task.kind] = [space.name for space in applicable(task.mod)]
-    assert kinds["conv"] == [GenericSpace.name, RegisterBlockedConvSpace.name]
+    assert kinds["conv"] == [
+        GenericSpace.name,
+        RegisterBlockedConvSpace.name,
+        RegisterBlock2DConvSpace.name,
+    ]
     others = [names for kind, names in kinds.items() if kind != "conv"]
     assert all(names == [GenericSpace.name] for names in others)
 
