@@ -598,13 +598,15 @@ def run_search(
     """
     result = SearchResult()
     peak = stored_peak(database.engine, target)
+    # Marks workloads exhausted or converged under these spaces, and skips them next time.
+    searched_key = exhaustion_key(spaces)
     plan = plan_search(
         tasks,
         database,
         trials_per_task,
         retune=retune,
         peak_gflops=peak_for_threads(peak, threads) if peak is not None else None,
-        exhausted=exhaustion_key(spaces),
+        exhausted=searched_key,
     )
     # Largest expected gain first: the gradient scheduler's first round follows this order, and
     # if the time budget runs out the tasks that pay most got their trials.
@@ -620,7 +622,7 @@ def run_search(
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
-    budget = TrialBudget(plan, database, deadline, should_stop, result, exhaustion_key(spaces))
+    budget = TrialBudget(plan, database, deadline, should_stop, result, searched_key)
 
     store = CostModelStore(database, seed=seed, threads=threads)
     warm = store.warm()
@@ -653,9 +655,7 @@ def run_search(
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
         # Only the union pass can tell that a task has nothing new left in any of its spaces.
-        search_pass(
-            rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), exhaustion_key(spaces)
-        )
+        search_pass(rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), searched_key)
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()
