@@ -4,12 +4,19 @@ Relax's ``ConvertLayout`` is all-or-nothing and crashes on common graphs (``Expe
 match tuple`` on Concat/Split tuples: SqueezeNet, Inception, VGG19, AlexNet; ``Invalid SLayout``
 on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a model:
 
-- each ``conv2d`` is decided alone: blocked (``NCHW{x}c`` data, ``OIHW{x}i{x}o`` weights, x = the
-  target's fp32 lanes) when its input and output channels per group divide by x; a depthwise
-  conv of x-divisible channels runs blocked too (``depthwise_conv.py``), and a conv with fewer
-  input channels than a block (the RGB stem) reads NCHW and writes blocked (``stem_conv.py``).
-  Otherwise (odd channel counts) it stays NCHW and ``LayoutPlan.convs`` says why: padding
-  channels up to a block would only compute zeros;
+- a tensor of C channels is blocked by :func:`channel_block`: x = the target's fp32 lanes when x
+  divides C, else half a register (x/2) when that divides it, so MobileNet's and EfficientNet's
+  24-, 40-, 72- and 120-channel stages are blocked too (by 8 on AVX-512; they were NCHW, and the
+  24-channel stage of MobileNetV2 alone cost 0.46 ms more than onnxruntime's, more than the
+  whole model's gap). A tensor's block is a function of its channel count, so every op on
+  same-shaped tensors sees the same block;
+- each ``conv2d`` is decided alone: blocked (``NCHW{a}c`` data, ``OIHW{a}i{b}o`` weights,
+  ``NCHW{b}c`` out, a and b the blocks of its input and output) when its input and output
+  channels per group divide by their blocks; a depthwise conv of blockable channels runs
+  blocked too (``depthwise_conv.py``), and a conv with fewer input channels than its output's
+  block (the RGB stem) reads NCHW and writes blocked (``stem_conv.py``). Otherwise (odd channel
+  counts) it stays NCHW and ``LayoutPlan.convs`` says why: padding channels up to a block would
+  only compute zeros;
 - a blocked result stays blocked through the ops that can carry it: elementwise unary ops,
   binary ops with a same-shape blocked operand or a per-channel/scalar constant (bias, folded
   BatchNorm, residual add, SiLU/HardSwish arithmetic), max/avg pooling (ceil_mode and
@@ -182,23 +189,40 @@ def _shape(expr: Expr) -> tuple[int, ...] | None:
         return None
 
 
-def _to_blocked(lanes: int) -> Callable[..., tuple[Any, ...]]:
-    return lambda n, c, h, w: (n, c // lanes, h, w, c % lanes)
+def channel_block(channels: int, lanes: int) -> int | None:
+    """The block (NCHW{block}c) a tensor of ``channels`` is held in on a target of ``lanes`` fp32
+    lanes: a whole register when it divides the channels, else half of one if that is still 8
+    lanes (a ymm register), else None (NCHW).
+
+    Half a register is the AVX2 width on an AVX-512 machine: half the FMA throughput per
+    instruction, but the 1x1 and depthwise convs of these narrow stages are bound by memory,
+    and in NCHW their vector axis was the image width, with unaligned loads at every tap. An
+    AVX2 target gets no 4-lane blocks: nothing measured them, and the channel counts they would
+    add (multiples of 4, not of 8) are squeeze-excitation bottlenecks of 1x1 pixel."""
+    for block in (lanes, lanes // 2):
+        if block >= 8 and channels % block == 0:
+            return block
+    return None
 
 
-def _to_nchw(lanes: int) -> Callable[..., tuple[Any, ...]]:
-    return lambda n, c, h, w, b: (n, c * lanes + b, h, w)
+def _to_blocked(block: int) -> Callable[..., tuple[Any, ...]]:
+    return lambda n, c, h, w: (n, c // block, h, w, c % block)
 
 
-def block_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
-    """OIHW → OIHW{x}i{x}o: (O/x, I/x, H, W, x_in, x_out)."""
+def _to_nchw(block: int) -> Callable[..., tuple[Any, ...]]:
+    return lambda n, c, h, w, b: (n, c * block + b, h, w)
+
+
+def block_weight(weight: np.ndarray, in_block: int, out_block: int | None = None) -> np.ndarray:
+    """OIHW → OIHW{a}i{b}o: (O/b, I/a, H, W, a, b); ``out_block`` defaults to ``in_block``."""
+    b = in_block if out_block is None else out_block
     o, i, h, w = weight.shape
     return np.ascontiguousarray(
-        weight.reshape(o // lanes, lanes, i // lanes, lanes, h, w).transpose(0, 2, 4, 5, 3, 1)
+        weight.reshape(o // b, b, i // in_block, in_block, h, w).transpose(0, 2, 4, 5, 3, 1)
     )
 
 
-def _block_constant(value: np.ndarray, channels: int, lanes: int) -> np.ndarray | None:
+def _block_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray | None:
     """A constant broadcast against an NCHW tensor of ``channels``, rearranged to broadcast
     against its NCHW{x}c form; None if it varies along an axis that cannot be carried."""
     if value.ndim == 0 or value.size == 1:
@@ -208,7 +232,7 @@ def _block_constant(value: np.ndarray, channels: int, lanes: int) -> np.ndarray 
     v4 = value.reshape((1,) * (4 - value.ndim) + value.shape)
     n, c, h, w = v4.shape
     if c == channels:
-        return np.ascontiguousarray(v4.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2))
+        return np.ascontiguousarray(v4.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
     if c == 1:
         return v4.reshape(n, 1, h, w, 1)
     return None
@@ -216,10 +240,11 @@ def _block_constant(value: np.ndarray, channels: int, lanes: int) -> np.ndarray 
 
 @dataclass
 class _Blocked:
-    """A tensor held in NCHW{x}c: the new variable and its NCHW channel count."""
+    """A tensor held in NCHW{block}c: the new variable, its NCHW channel count and its block."""
 
     var: relax.Var
     channels: int
+    block: int
 
 
 @mutator
@@ -239,6 +264,14 @@ class _BlockingMutator(PyExprMutator):
         self.block_cache: dict[relax.Var, relax.Var] = {}
         self.conv_count = 0
 
+    def _block(self, channels: int) -> int | None:
+        return channel_block(channels, self.lanes)
+
+    def _held(self, var: relax.Var, channels: int) -> _Blocked:
+        block = self._block(channels)
+        assert block is not None, channels
+        return _Blocked(var, channels, block)
+
     # --- layout materialization -----------------------------------------------------------------
 
     def _nchw(self, var: relax.Var) -> Expr:
@@ -248,17 +281,18 @@ class _BlockingMutator(PyExprMutator):
             return cached
         if var in self.blocked:
             new = self.builder_.emit(
-                relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.lanes)),
+                relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.blocked[var].block)),
                 name_hint=f"{var.name}_nchw",
             )
         else:
-            tup, _ = self.blocked_tuples[var]
-            count = len(tup.ty.fields)
+            tup, channels = self.blocked_tuples[var]
             items = [
                 self.builder_.emit(
-                    relax.op.layout_transform(relax.TupleGetItem(tup, i), _to_nchw(self.lanes))
+                    relax.op.layout_transform(
+                        relax.TupleGetItem(tup, i), _to_nchw(self._held(tup, c).block)
+                    )
                 )
-                for i in range(count)
+                for i, c in enumerate(channels)
             ]
             new = self.builder_.emit(relax.Tuple(items), name_hint=f"{var.name}_nchw")
         self.nchw_cache[var] = new
@@ -276,26 +310,27 @@ class _BlockingMutator(PyExprMutator):
 
     def _as_blocked(self, expr: Expr) -> _Blocked | None:
         """``expr`` (an old var) in blocked form: existing, or transformed once if it is a 4-D
-        tensor whose channels divide by the lanes; None otherwise."""
+        tensor whose channels have a block; None otherwise."""
         if isinstance(expr, relax.Var) and expr in self.blocked:
             return self.blocked[expr]
         shape = _shape(expr)
-        if shape is None or len(shape) != 4 or shape[1] % self.lanes:
+        block = self._block(shape[1]) if shape is not None and len(shape) == 4 else None
+        if shape is None or block is None:
             return None
         if isinstance(expr, GenericConst):
-            data = _block_constant(expr.value.numpy(), shape[1], self.lanes)
+            data = _block_constant(expr.value.numpy(), shape[1], block)
             assert data is not None
-            return _Blocked(relax.const(data, str(expr.ty.dtype)), shape[1])
+            return _Blocked(relax.const(data, str(expr.ty.dtype)), shape[1], block)
         if not isinstance(expr, relax.Var):
             return None
         cached = self.block_cache.get(expr)
         if cached is None:
             cached = self.builder_.emit(
-                relax.op.layout_transform(self.visit_expr(expr), _to_blocked(self.lanes)),
+                relax.op.layout_transform(self.visit_expr(expr), _to_blocked(block)),
                 name_hint=f"{expr.name}_blocked",
             )
             self.block_cache[expr] = cached
-        return _Blocked(cached, shape[1])
+        return _Blocked(cached, shape[1], block)
 
     # --- bindings -------------------------------------------------------------------------------
 
@@ -305,7 +340,8 @@ class _BlockingMutator(PyExprMutator):
         if is_call and self._rewrite_call(var, value):
             if not isinstance(var, relax.DataflowVar):
                 # A function output is NCHW: the blocked value is transformed back into it.
-                back = relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.lanes))
+                held = self.blocked[var]
+                back = relax.op.layout_transform(held.var, _to_nchw(held.block))
                 emit = (
                     self.builder_.emit_output
                     if self.builder_.current_block_is_dataflow()
@@ -320,7 +356,7 @@ class _BlockingMutator(PyExprMutator):
         ):
             tup, channels = self.blocked_tuples[value.tuple_value]
             new = self.builder_.emit(relax.TupleGetItem(tup, value.index), name_hint=var.name)
-            self.blocked[var] = _Blocked(new, channels[value.index])
+            self.blocked[var] = self._held(new, channels[value.index])
             return
         super().visit_var_binding_(binding)
 
@@ -355,7 +391,7 @@ class _BlockingMutator(PyExprMutator):
 
     def _emit_blocked(self, var: relax.Var, expr: Expr, channels: int) -> bool:
         new = self.builder_.emit(expr, name_hint=var.name)
-        self.blocked[var] = _Blocked(new, channels)
+        self.blocked[var] = self._held(new, channels)
         return True
 
     def _conv2d(self, var: relax.Var, call: Call) -> bool | None:
@@ -383,8 +419,10 @@ class _BlockingMutator(PyExprMutator):
             # Raised through TVM's FFI, which rewraps it: the plan keeps the identity.
             self.plan.failure = (index, exc)
             raise
-        blocked = f"NCHW{self.lanes}c"
-        entry.layout = f"NCHW→{blocked}" if kind == "stem" else blocked
+        out_block = self.blocked[var].block
+        in_layout = "NCHW" if kind == "stem" else f"NCHW{self._block(entry.in_channels)}c"
+        out_layout = f"NCHW{out_block}c"
+        entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
         entry.reason = reason
         return True
 
@@ -398,15 +436,22 @@ class _BlockingMutator(PyExprMutator):
         """How a conv is compiled: ``dense`` / ``depthwise`` (blocked in and out), ``stem``
         (NCHW in, blocked out: fewer input channels than a block), or None and why NCHW."""
         attrs = call.attrs
-        lanes = self.lanes
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
             return None, f"already {attrs.data_layout}"
         if x_shape is None or w_shape is None:
             return None, "dynamic shape"
         constant = isinstance(call.args[1], GenericConst)
+        in_block, out_block = self._block(x_shape[1]), self._block(w_shape[0])
+        smallest = self.lanes // 2
         if groups != 1 and groups == x_shape[1] and w_shape[1] == 1:
-            if not (constant and is_blockable_depthwise(x_shape, w_shape, groups, lanes)):
-                return None, f"depthwise conv of {x_shape[1]} channels, not a multiple of {lanes}"
+            if not (
+                constant
+                and in_block is not None
+                and is_blockable_depthwise(x_shape, w_shape, groups, in_block)
+            ):
+                return None, (
+                    f"depthwise conv of {x_shape[1]} channels, not a multiple of {smallest}"
+                )
             data = call.args[0]
             if not (isinstance(data, relax.Var) and data in self.blocked):
                 # A depthwise conv reads its input once and writes its output once; alone in
@@ -414,13 +459,22 @@ class _BlockingMutator(PyExprMutator):
                 # traffic again as the conv itself.
                 return None, "depthwise conv with an NCHW input (blocked alone: 2 transforms)"
             return "depthwise", "depthwise kernel (schedules/depthwise_conv.py)"
-        if constant and stem_conv.blocks_output_only(x_shape[1], w_shape[0], groups, lanes):
+        if (
+            constant
+            and out_block is not None
+            and stem_conv.blocks_output_only(x_shape[1], w_shape[0], groups, out_block)
+        ):
             return "stem", f"{x_shape[1]} input channels: NCHW in, blocked out (stem kernel)"
-        if (x_shape[1] // groups) % lanes or (w_shape[0] // groups) % lanes:
+        if (
+            in_block is None
+            or out_block is None
+            or (x_shape[1] // groups) % in_block
+            or (w_shape[0] // groups) % out_block
+        ):
             per_group = f" per group (groups={groups})" if groups != 1 else ""
             return None, (
                 f"channels {x_shape[1] // groups}→{w_shape[0] // groups}{per_group} "
-                f"not multiples of {lanes} (padding them would compute zeros)"
+                f"not multiples of {smallest} (padding them would compute zeros)"
             )
         return "dense", ""
 
@@ -429,28 +483,30 @@ class _BlockingMutator(PyExprMutator):
         out_shape = _shape(call)
         assert out_shape is not None
         weight = call.args[1]
+        out_block = self._block(out_shape[1])
+        assert out_block is not None
         if kind == "stem":
             expr = stem_conv.output_blocked_conv(
-                self.visit_expr(call.args[0]), weight.value.numpy(), attrs, self.lanes
+                self.visit_expr(call.args[0]), weight.value.numpy(), attrs, out_block
             )
             self._emit_blocked(var, expr, out_shape[1])
             return
         data = self._as_blocked(call.args[0])
         assert data is not None
         if kind == "depthwise":
-            expr = blocked_depthwise_conv2d(data.var, weight.value.numpy(), attrs, self.lanes)
+            expr = blocked_depthwise_conv2d(data.var, weight.value.numpy(), attrs, data.block)
             self._emit_blocked(var, expr, out_shape[1])
             return
+        a, b = data.block, out_block
         if isinstance(weight, GenericConst):
             packed: Expr = relax.const(
-                block_weight(weight.value.numpy(), self.lanes), str(weight.ty.dtype)
+                block_weight(weight.value.numpy(), a, b), str(weight.ty.dtype)
             )
         else:
-            lanes = self.lanes
             packed = self.builder_.emit(
                 relax.op.layout_transform(
                     self.visit_expr(weight),
-                    lambda o, i, h, w: (o // lanes, i // lanes, h, w, i % lanes, o % lanes),
+                    lambda o, i, h, w: (o // b, i // a, h, w, i % a, o % b),
                 )
             )
         dense = conv2d_call(
@@ -458,9 +514,9 @@ class _BlockingMutator(PyExprMutator):
             packed,
             attrs,
             groups=int(attrs.groups),
-            data_layout=f"NCHW{self.lanes}c",
-            kernel_layout=f"OIHW{self.lanes}i{self.lanes}o",
-            out_layout=f"NCHW{self.lanes}c",
+            data_layout=f"NCHW{a}c",
+            kernel_layout=f"OIHW{a}i{b}o",
+            out_layout=f"NCHW{b}c",
         )
         self._emit_blocked(var, dense, out_shape[1])
 
@@ -468,7 +524,6 @@ class _BlockingMutator(PyExprMutator):
         """Emit ``call`` on blocked operands if its op can carry the layout; None otherwise."""
         out_shape = _shape(call)
         args = call.args
-        lanes = self.lanes
         if name == "relax.nn.dropout":
             # (output, mask), both shaped like the input; the identity at inference.
             src = self.blocked[args[0]]
@@ -482,7 +537,10 @@ class _BlockingMutator(PyExprMutator):
             new_call = relax.Call(call.op, [unary.var, *args[1:]], call.attrs, call.ty_args)
             return self._emit_blocked(var, new_call, unary.channels)
         if name in _BINARY:
-            if out_shape is None or len(out_shape) != 4 or out_shape[1] % lanes:
+            if out_shape is None or len(out_shape) != 4:
+                return None
+            block = self._block(out_shape[1])
+            if block is None:
                 return None
             operands: list[Expr] = []
             for arg in args:
@@ -490,7 +548,7 @@ class _BlockingMutator(PyExprMutator):
                 if isinstance(arg, relax.Var) and arg in self.blocked:
                     operands.append(self.blocked[arg].var)
                 elif isinstance(arg, GenericConst):
-                    data = _block_constant(arg.value.numpy(), out_shape[1], lanes)
+                    data = _block_constant(arg.value.numpy(), out_shape[1], block)
                     if data is None:
                         return None
                     operands.append(relax.const(data, str(arg.ty.dtype)))
@@ -507,6 +565,7 @@ class _BlockingMutator(PyExprMutator):
             src = self.blocked[args[0]]
             if str(attrs.layout) != "NCHW" or out_shape is None:
                 return None
+            layout = f"NCHW{src.block}c"
             op = relax.op.nn.max_pool2d if name == "relax.nn.max_pool2d" else relax.op.nn.avg_pool2d
             expr = op(
                 src.var,
@@ -516,8 +575,8 @@ class _BlockingMutator(PyExprMutator):
                 dilation=attrs.dilation,
                 ceil_mode=bool(attrs.ceil_mode),
                 count_include_pad=bool(attrs.count_include_pad),
-                layout=f"NCHW{lanes}c",
-                out_layout=f"NCHW{lanes}c",
+                layout=layout,
+                out_layout=layout,
             )
             return self._emit_blocked(var, expr, src.channels)
         if name == "relax.nn.adaptive_avg_pool2d":
@@ -528,8 +587,8 @@ class _BlockingMutator(PyExprMutator):
             expr = relax.op.nn.adaptive_avg_pool2d(
                 src.var,
                 output_size=attrs.output_size,
-                layout=f"NCHW{lanes}c",
-                out_layout=f"NCHW{lanes}c",
+                layout=f"NCHW{src.block}c",
+                out_layout=f"NCHW{src.block}c",
             )
             return self._emit_blocked(var, expr, src.channels)
         if name in ("relax.mean", "relax.max", "relax.sum"):
@@ -554,7 +613,7 @@ class _BlockingMutator(PyExprMutator):
                 src.var,
                 args[1],
                 roi=[float(v) for v in attrs.roi],
-                layout=f"NCHW{lanes}c",
+                layout=f"NCHW{src.block}c",
                 method=str(attrs.method),
                 coordinate_transformation_mode=str(attrs.coordinate_transformation_mode),
                 rounding_method=str(attrs.rounding_method),
@@ -576,8 +635,12 @@ class _BlockingMutator(PyExprMutator):
         tensors = call.args[0]
         if not isinstance(tensors, relax.Tuple) or out_shape is None or len(out_shape) != 4:
             return None
-        if int(call.attrs.axis) % 4 != 1:
+        block = self._block(out_shape[1])
+        if int(call.attrs.axis) % 4 != 1 or block is None:
             return None
+        shapes = [_shape(item) for item in tensors.fields]
+        if any(shape is None or self._block(shape[1]) != block for shape in shapes):
+            return None  # 16 + 8 channels: the pieces' blocks differ from the whole's
         parts = []
         for item in tensors.fields:
             blocked = self._as_blocked(item)
@@ -593,10 +656,10 @@ class _BlockingMutator(PyExprMutator):
             return None
         fields = call.ty.fields
         sizes = [_shape(relax.Var("f", f)) for f in fields]
-        if any(s is None or s[1] % self.lanes for s in sizes):
+        if any(s is None or self._block(s[1]) != src.block for s in sizes):
             return None
         channels = [s[1] for s in sizes if s is not None]
-        indices = list(np.cumsum(channels)[:-1] // self.lanes)
+        indices = list(np.cumsum(channels)[:-1] // src.block)
         new = self.builder_.emit(
             relax.op.split(src.var, [int(i) for i in indices], axis=1),
             name_hint=var.name,
@@ -615,16 +678,18 @@ class _BlockingMutator(PyExprMutator):
             strides = _ints_of(call.args[4]) if len(call.args) > 4 else [1] * len(axes)
         except (AttributeError, TypeError, ValueError):
             return None
-        lanes = self.lanes
+        block = src.block
+        if self._block(out_shape[1]) != block:
+            return None
         new_begin, new_end = [], []
         for axis, b, e, s in zip(axes, begin, end, strides, strict=True):
             if axis == 0:
                 return None
             if axis == 1:
                 e = min(e, src.channels)
-                if s != 1 or b < 0 or b % lanes or e % lanes:
+                if s != 1 or b < 0 or b % block or e % block:
                     return None
-                b, e = b // lanes, e // lanes
+                b, e = b // block, e // block
             new_begin.append(b)
             new_end.append(e)
         expr = relax.op.strided_slice(
@@ -724,6 +789,7 @@ __all__ = [
     "LayoutPlan",
     "block_weight",
     "blocked_layout",
+    "channel_block",
     "legalize",
     "plan_blocked_layout",
 ]

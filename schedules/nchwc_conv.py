@@ -64,10 +64,9 @@ def schedule_blocked_conv(sch: Schedule) -> None:
     """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place)."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
     _, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
-    lanes = int(sch.get(oc_block).extent)
     reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=MAX_REGISTER_BLOCK)
     ow_outer, ow_inner = sch.split(ow, reg_n)
-    ic_outer, ic_inner = sch.split(ic, [None, lanes])
+    ic_outer, ic_inner = sch.split(ic, [None, input_channel_block(sch, conv)])
     sch.reorder(oc_chunk, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, oc_block)
     batch = sch.get_loops(conv)[0]
     rows = sch.fuse(batch, oc_chunk, oh)
@@ -80,6 +79,14 @@ def schedule_blocked_conv(sch: Schedule) -> None:
     sch.decompose_reduction(conv, ic_outer)
     for block in prologue:
         parallel_vectorize(sch, block)
+
+
+def input_channel_block(sch: Schedule, conv: SBlockRV) -> int:
+    """The channel block of the conv's input (its data buffer's innermost extent): the
+    reduction over input channels is split by it, so ``ic_inner`` walks one contiguous block.
+    It differs from the output's block where a 16-channel-blocked tensor feeds an 8-blocked one
+    (MobileNetV2's 144→24 projections), see ``layout.channel_block``."""
+    return int(sch.get(conv).reads[0].source.shape[-1])
 
 
 def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:

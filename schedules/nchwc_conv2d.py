@@ -43,6 +43,7 @@ from .nchwc_conv import (
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
     epilogue_at,
+    input_channel_block,
     parallel_vectorize,
 )
 
@@ -121,8 +122,7 @@ def schedule_register_block(
 def schedule_conv_2d_block(sch: Schedule, block: RegisterBlock) -> None:
     """Apply the 2-D register-blocked schedule of this space (in place)."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
-    lanes = int(sch.get(sch.get_loops(conv)[4]).extent)
-    schedule_register_block(sch, conv, output, block, ic_block=lanes)
+    schedule_register_block(sch, conv, output, block, ic_block=input_channel_block(sch, conv))
     for prologue_block in prologue:
         parallel_vectorize(sch, prologue_block)
 

@@ -19,11 +19,18 @@ from convtune.tuner.target import make_target
 from convtune.tuner.verify import ATOL, RTOL
 from tests.models import conv_net, to_bytes
 
+#: An AVX-512 target to plan layouts for on any host: its 16-lane blocks and 8-lane half blocks
+#: meet in one conv (NCHW16c in, NCHW8c out) only there; the kernels still run on the host.
+AVX512 = "llvm -mcpu=znver4 -num-cores=2"
 
-def conv_task(config: dict, applies: Callable[[IRModule], bool]) -> ModelTask:
-    """The one task of ``conv_net(**config)`` in the blocked layout for which ``applies``."""
+
+def conv_task(
+    config: dict, applies: Callable[[IRModule], bool], target: str | None = None
+) -> ModelTask:
+    """The one task of ``conv_net(**config)`` in the blocked layout for which ``applies``, the
+    layout planned for ``target`` (this host by default)."""
     ingested = load_model(to_bytes(conv_net(**config)))
-    _, tasks = extract_tasks(ingested, make_target(None), "nchwc")
+    _, tasks = extract_tasks(ingested, make_target(target), "nchwc")
     found = [task for task in tasks if applies(task.mod)]
     assert len(found) == 1 and found[0].onnx_nodes == ["conv0"]
     return found[0]

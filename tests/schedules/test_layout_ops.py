@@ -17,6 +17,7 @@ import pytest
 from onnx import helper, numpy_helper
 from tvm.s_tir import meta_schedule as ms
 
+from convtune.schedules.layout import channel_block
 from convtune.tuner.extract import extract_tasks, model_for_target
 from convtune.tuner.ingest import load_model
 from convtune.tuner.library import build_library
@@ -25,7 +26,11 @@ from convtune.tuner.target import make_target
 from convtune.tuner.verify import compare
 from tests import models
 
-LANES = 16  # the test machines are AVX-512; an AVX2 host blocks by 8 and still passes
+#: The plan is made for an AVX-512 target on every host, so its blocks (16 lanes, 8 for the
+#: half blocks of 24- or 40-channel tensors) and transform counts are the same on an AVX2 host;
+#: the artifact is built for the host, which runs any block size.
+PLAN_TARGET = "llvm -mcpu=znver4 -num-cores=2"
+LANES = 16
 
 
 class Net:
@@ -118,9 +123,18 @@ def concat() -> onnx.ModelProto:
 
 def concat_unaligned() -> onnx.ModelProto:
     n = Net()
-    a, b = n.conv("x", 16, 32), n.conv("x", 16, 8, kernel=1)  # 8 channels: stays NCHW
+    a, b = n.conv("x", 16, 32), n.conv("x", 16, 4, kernel=1)  # 4 channels: stays NCHW
     c = n.op("Concat", [a, b], axis=1)
-    return n.model(n.conv(c, 40, 32), "concat_unaligned")
+    return n.model(n.conv(c, 36, 32), "concat_unaligned")
+
+
+def concat_mixed_blocks() -> onnx.ModelProto:
+    """32 channels (blocks of 16) and 8 (one half block): the 40-channel whole is blocked by 8,
+    so the concat happens in NCHW and the conv after it reads 8-blocks."""
+    n = Net()
+    a, b = n.conv("x", 16, 32), n.conv("x", 16, 8, kernel=1)
+    c = n.op("Concat", [a, b], axis=1)
+    return n.model(n.conv(c, 40, 32), "concat_mixed_blocks")
 
 
 def split() -> onnx.ModelProto:
@@ -133,8 +147,17 @@ def split() -> onnx.ModelProto:
 def split_unaligned() -> onnx.ModelProto:
     n = Net()
     a = n.conv("x", 16, 64)
+    p, q = n.op("Split", [a, n.const(_ints([20, 44]))], outputs=2, axis=1)
+    return n.model([n.conv(p, 20, 16), n.conv(q, 44, 16)], "split_unaligned")
+
+
+def split_mixed_blocks() -> onnx.ModelProto:
+    """64 channels (blocks of 16) split into 24 + 40 (blocks of 8): split in NCHW, each piece
+    then blocked by 8 for its conv."""
+    n = Net()
+    a = n.conv("x", 16, 64)
     p, q = n.op("Split", [a, n.const(_ints([24, 40]))], outputs=2, axis=1)
-    return n.model([n.conv(p, 24, 16), n.conv(q, 40, 16)], "split_unaligned")
+    return n.model([n.conv(p, 24, 16), n.conv(q, 40, 16)], "split_mixed_blocks")
 
 
 def slice_channels() -> onnx.ModelProto:
@@ -278,18 +301,34 @@ def depthwise_grouped() -> onnx.ModelProto:
 
 
 def stem_depthwise_odd() -> onnx.ModelProto:
-    """RGB stem (NCHW in, blocked out), a blocked depthwise, then 24 channels (NCHW)."""
+    """RGB stem (NCHW in, blocked out), a blocked depthwise, then 20 channels (NCHW)."""
     n = Net(channels=3, size=12)
     s = n.conv("x", 3, 16, stride=2)
     d = n.conv(s, 16, 16, group=16)
-    o = n.conv(d, 16, 24, kernel=1)
-    return n.model(n.conv(o, 24, 32), "stem_depthwise_odd")
+    o = n.conv(d, 16, 20, kernel=1)
+    return n.model(n.conv(o, 20, 32), "stem_depthwise_odd")
 
 
 def odd_channels() -> onnx.ModelProto:
     n = Net()
-    a = n.conv("x", 16, 24)  # 24 is no multiple of 16: NCHW
-    return n.model(n.conv(n.conv(a, 24, 32), 32, 32), "odd_channels")
+    a = n.conv("x", 16, 20)  # 20 is no multiple of 16 nor of 8: NCHW
+    return n.model(n.conv(n.conv(a, 20, 32), 32, 32), "odd_channels")
+
+
+def inverted_residuals_half_blocks() -> onnx.ModelProto:
+    """MobileNetV2's 24-channel stage: 24 = 3 half blocks. The stem writes 8-blocks, the
+    expand reads 8-blocks and writes 16-blocks (144), the depthwise keeps 16, the project goes
+    back to 8, the residual add and a stride-2 5x5 depthwise at 40 channels stay in 8-blocks."""
+    n = Net(channels=3, size=14)
+    x = n.conv("x", 3, 24, stride=2)
+    for _ in range(2):
+        e = n.conv(x, 24, 144, kernel=1, act="Relu")
+        d = n.conv(e, 144, 144, group=144)
+        x = n.op("Add", [x, n.conv(d, 144, 24, kernel=1, act=None)])
+    w = n.conv(x, 24, 40, kernel=1)
+    d = n.conv(w, 40, 40, kernel=5, stride=2, group=40)
+    pooled = n.op("MaxPool", [d], kernel_shape=[2, 2], strides=[1, 1])
+    return n.model(n.conv(pooled, 40, 32, kernel=1), "inverted_residuals_half_blocks")
 
 
 def yolo_head() -> onnx.ModelProto:
@@ -334,8 +373,10 @@ def unet_decoder() -> onnx.ModelProto:
 CASES: dict[str, Case] = {
     "concat": Case(concat, blocked=3, transforms=2),
     "concat_unaligned": Case(concat_unaligned, blocked=1, transforms=2),
+    "concat_mixed_blocks": Case(concat_mixed_blocks, blocked=3, transforms=5),
     "split": Case(split, blocked=3, transforms=2),
     "split_unaligned": Case(split_unaligned, blocked=1, transforms=2),
+    "split_mixed_blocks": Case(split_mixed_blocks, blocked=3, transforms=6),
     "slice_channels": Case(slice_channels, blocked=2, transforms=2),
     "resize_nearest": Case(resize("nearest"), blocked=2, transforms=2),
     "resize_linear": Case(resize("linear"), blocked=2, transforms=2),
@@ -361,6 +402,9 @@ CASES: dict[str, Case] = {
     # the stem needs no transform in; one back to NCHW before the 24-channel conv
     "stem_depthwise_odd": Case(stem_depthwise_odd, blocked=2, transforms=1),
     "odd_channels": Case(odd_channels, blocked=1, transforms=2),
+    "inverted_residuals_half_blocks": Case(
+        inverted_residuals_half_blocks, blocked=10, transforms=1
+    ),
     "yolo_head": Case(yolo_head, blocked=8, transforms=3),
     "unet_decoder": Case(unet_decoder, blocked=5, transforms=4),
 }
@@ -368,11 +412,16 @@ CASES: dict[str, Case] = {
 
 @pytest.fixture(scope="module")
 def target():
+    return make_target(PLAN_TARGET)
+
+
+@pytest.fixture(scope="module")
+def host():
     return make_target()
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_blocked_neighbourhood_matches_onnxruntime(name: str, target, tmp_path: Path) -> None:
+def test_blocked_neighbourhood_matches_onnxruntime(name: str, target, host, tmp_path: Path) -> None:
     case = CASES[name]
     original = case.build()
     ingested = load_model(models.to_bytes(original))
@@ -383,7 +432,7 @@ def test_blocked_neighbourhood_matches_onnxruntime(name: str, target, tmp_path: 
     assert plan.transforms == case.transforms
     for conv in plan.convs:
         assert conv.blocked or conv.reason, conv  # every NCHW conv says why
-    so_path = build_library(relax_model, ms.database.MemoryDatabase(), target, tmp_path)
+    so_path = build_library(relax_model, ms.database.MemoryDatabase(), host, tmp_path)
     feeds = models.random_inputs(original, seed=1)
     ours = Artifact.load(so_path, ["x"]).run(feeds)
     reference = [np.asarray(r) for r in models.run_onnxruntime(original, feeds)]
@@ -404,3 +453,11 @@ def test_each_conv_task_names_its_layout(target) -> None:
     assert [layout for layout, _ in described] == [f"NCHW→{blocked}", blocked, "NCHW", "NCHW"]
     assert "stem" in described[0][1] and "depthwise" in described[1][1]
     assert all("not multiples of" in reason for _, reason in described[2:])
+
+
+def test_a_tensor_is_blocked_by_a_whole_register_else_half_of_one() -> None:
+    assert channel_block(48, 16) == 16
+    assert channel_block(24, 16) == 8  # MobileNetV2's 24-channel stage on AVX-512
+    assert channel_block(20, 16) is None
+    assert channel_block(24, 8) == 8
+    assert channel_block(12, 8) is None  # no 4-lane blocks on AVX2

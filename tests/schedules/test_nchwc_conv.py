@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tvm import s_tir
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.db.models import TuningRecordRow
 from convtune.schedules.nchwc_conv import SPACE_NAME, is_blocked_conv, schedule_blocked_conv
@@ -19,7 +20,7 @@ from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
-from tests.schedules.kernels import assert_close, conv_task, random_args, run
+from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
 
 CONFIGS = {
     "3x3": dict(in_channels=32, out_channels=32, size=14),
@@ -45,6 +46,28 @@ def test_scheduled_kernel_equals_the_unscheduled_one(name: str) -> None:
         register_blocks.add(str(sch.trace.decisions))
         assert_close(run(sch.mod, args), reference)
     assert register_blocks  # the decisions were sampled and recorded
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(in_channels=64, out_channels=24, size=9, kernel=1, pads=0),
+        dict(in_channels=24, out_channels=48, size=7, strides=2),
+    ],
+    ids=["16c-to-8c-1x1", "8c-to-16c-3x3-stride2"],
+)
+def test_mixed_channel_blocks_equal_the_unscheduled_kernel(config: dict) -> None:
+    """Planned for AVX-512, 24 channels are blocked by 8 and 48 or 64 by 16: the reduction is
+    split by the input's block, the vector axis is the output's."""
+    task = conv_task(config, is_blocked_conv, AVX512)
+    blocks = [int(info.shape[-1]) for info in ArgInfo.from_prim_func(task.mod["main"])[:2]]
+    assert blocks[0] != int(ArgInfo.from_prim_func(task.mod["main"])[-1].shape[-1]), blocks
+    args = random_args(task.mod)
+    reference = run(task.mod, args)
+    for seed in (1, 2):
+        sch = s_tir.Schedule(task.mod, seed=seed)
+        schedule_blocked_conv(sch)
+        assert_close(run(sch.mod, args), reference)
 
 
 def test_channels_that_do_not_divide_stay_nchw() -> None:

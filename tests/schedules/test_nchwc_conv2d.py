@@ -17,7 +17,7 @@ from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
-from tests.schedules.kernels import assert_close, conv_task, random_args, run
+from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
 
 CONFIGS = {
     "1x1": dict(in_channels=32, out_channels=64, size=8, kernel=1, pads=0),
@@ -34,9 +34,20 @@ CONFIGS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+#: Planned for AVX-512 (``kernels.AVX512``): 24 or 40 channels are blocked by 8, the others by 16.
+MIXED_BLOCKS = {
+    "16c-to-8c-1x1": dict(in_channels=144, out_channels=24, size=8, kernel=1, pads=0),
+    "8c-to-16c-1x1": dict(in_channels=24, out_channels=144, size=6, kernel=1, pads=0),
+    "8c-3x3-batch2": dict(batch=2, in_channels=40, out_channels=40, size=6),
+}
+
+
+@pytest.mark.parametrize("name", [*CONFIGS, *MIXED_BLOCKS])
 def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
-    task = conv_task(CONFIGS[name], is_blocked_conv)
+    if name in MIXED_BLOCKS:
+        task = conv_task(MIXED_BLOCKS[name], is_blocked_conv, AVX512)
+    else:
+        task = conv_task(CONFIGS[name], is_blocked_conv)
     assert RegisterBlock2DConvSpace().applies_to(task.mod)
     args = random_args(task.mod)
     reference = run(task.mod, args)

@@ -23,7 +23,7 @@ from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from tests.models import conv_net, to_bytes
-from tests.schedules.kernels import assert_close, conv_task, random_args, run
+from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
 
 CONFIGS = {
     "stem-7x7-s2": dict(in_channels=3, out_channels=32, size=19, kernel=7, strides=2, pads=3),
@@ -34,9 +34,17 @@ CONFIGS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+#: Planned for AVX-512 (``kernels.AVX512``): a 24-channel output is written in blocks of 8.
+HALF_BLOCKS = {"rgb-to-24-half-block": dict(in_channels=3, out_channels=24, size=11, strides=2)}
+
+
+@pytest.mark.parametrize("name", [*CONFIGS, *HALF_BLOCKS])
 def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
-    task = conv_task(CONFIGS[name], StemConvSpace().applies_to)
+    if name in HALF_BLOCKS:
+        task = conv_task(HALF_BLOCKS[name], StemConvSpace().applies_to, AVX512)
+        assert task.description["layout"] == "NCHW→NCHW8c"
+    else:
+        task = conv_task(CONFIGS[name], StemConvSpace().applies_to)
     args = random_args(task.mod)
     reference = run(task.mod, args)
     spaces = design_spaces(s_tir.Schedule(task.mod, seed=1))
@@ -48,7 +56,7 @@ def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
 
 def test_which_convs_are_output_blocked() -> None:
     assert blocks_output_only(3, 64, 1, 16)
-    assert not blocks_output_only(3, 24, 1, 16)  # the output cannot be blocked either
+    assert blocks_output_only(3, 24, 1, 8)  # 24 channels in half blocks (layout.channel_block)
     assert not blocks_output_only(32, 64, 1, 16)  # blocked on both sides (nchwc_conv.py)
     assert not blocks_output_only(8, 16, 8, 16)  # depthwise
 
