@@ -59,14 +59,15 @@ def test_every_design_space_equals_the_unscheduled_kernel(name: str) -> None:
 
 
 def test_applies_to_blocked_convs_with_more_than_one_chunk_or_row() -> None:
-    three = conv_task(dict(in_channels=16, out_channels=32, size=6), is_blocked_conv)
+    # Planned for AVX-512 on any host: 16 channels are one chunk of 16 there, two of 8 on AVX2.
+    three = conv_task(dict(in_channels=16, out_channels=32, size=6), is_blocked_conv, AVX512)
     assert RegisterBlock2DConvSpace().applies_to(three.mod)
     # One output-channel chunk and one row: only the 1-D block of nchwc_conv.py is left.
     single = conv_task(
-        dict(in_channels=16, out_channels=16, size=1, kernel=1, pads=0), is_blocked_conv
+        dict(in_channels=16, out_channels=16, size=1, kernel=1, pads=0), is_blocked_conv, AVX512
     )
     assert not RegisterBlock2DConvSpace().applies_to(single.mod)
     # Not a blocked conv at all (channels that do not divide stay NCHW).
-    nchw = load_model(to_bytes(conv_net(in_channels=3, out_channels=24, size=8)))
-    _, tasks = extract_tasks(nchw, make_target(None), "nchwc")
+    nchw = load_model(to_bytes(conv_net(in_channels=3, out_channels=20, size=8)))
+    _, tasks = extract_tasks(nchw, make_target(AVX512), "nchwc")
     assert not any(RegisterBlock2DConvSpace().applies_to(task.mod) for task in tasks)

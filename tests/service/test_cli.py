@@ -209,7 +209,7 @@ def test_run_prints_output_shape(artifact: Path, tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", x)
     result = convtune("run", artifact, "--input", "x.npy", "--output", "y.npz", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("y: shape [1, 8, 8, 8] float32")
+    assert result.stdout.startswith("y: shape [1, 6, 8, 8] float32")
     (expected,) = models.run_onnxruntime(models.conv_net(size=8), {"x": x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], expected, rtol=1e-4, atol=1e-4)
 
@@ -226,6 +226,6 @@ def test_run_what_a_download_saved(artifact: Path, tmp_path: Path, with_manifest
     result = convtune("run", "artifact-1.so", "--input", "x.npy", "--output", "y.npz", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     name = "y" if with_manifest else "output_0"
-    assert result.stdout.startswith(f"{name}: shape [1, 8, 8, 8] float32")
+    assert result.stdout.startswith(f"{name}: shape [1, 6, 8, 8] float32")
     (expected,) = models.run_onnxruntime(models.conv_net(size=8), {"x": x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")[name], expected, rtol=1e-4, atol=1e-4)

@@ -48,7 +48,7 @@ def test_upload_stores_by_content_hash_and_lists_workloads(service, client):
     assert conv["op"] == "Conv" and conv["kind"] == "conv"
     assert conv["onnx_nodes"] == ["conv0"]
     assert conv["flops"] > 0 and conv["best_gflops"] is None
-    assert conv["description"]["weight"] == [8, 3, 3, 3]
+    assert conv["description"]["weight"] == [6, 3, 3, 3]
 
     again = upload(client, data, "another-name.onnx")
     assert again.status_code == 200

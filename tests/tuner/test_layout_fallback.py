@@ -16,6 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 
 import convtune.schedules.layout as layout_pass
 import convtune.tuner.extract as extract
+from convtune.schedules.isa import vector_lanes
 from convtune.tuner.errors import UnsupportedOpError
 from convtune.tuner.extract import extract_tasks, model_for_target
 from convtune.tuner.ingest import load_model
@@ -58,16 +59,17 @@ def test_a_conv_that_fails_to_block_stays_nchw_alone(
 ) -> None:
     real = layout_pass.block_weight
 
-    def failing(weight: np.ndarray, lanes: int) -> np.ndarray:
+    def failing(weight: np.ndarray, *blocks: int) -> np.ndarray:
         if weight.shape[1:] == (32, 1, 1):  # the 1x1 conv only
             raise RuntimeError("Check failed: forced failure in the blocked conv rewrite")
-        return real(weight, lanes)
+        return real(weight, *blocks)
 
     monkeypatch.setattr(layout_pass, "block_weight", failing)
     relax_model = model_for_target(ingested, target)
     plan = relax_model.plan
     assert plan is not None and not plan.fallback
-    assert [c.layout for c in plan.convs] == ["NCHW16c", "NCHW", "NCHW16c"]
+    blocked = f"NCHW{vector_lanes(target)}c"
+    assert [c.layout for c in plan.convs] == [blocked, "NCHW", blocked]
     assert "forced failure" in plan.convs[1].reason
     (message,) = relax_model.fallbacks
     conv1 = extract.conv_node_names(ingested.model)[1]
