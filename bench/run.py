@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from convtune.db.migrate import upgrade
 from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import data_dir, make_engine
+from convtune.schedules.isa import vector_lanes
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
@@ -63,8 +64,13 @@ def machine() -> dict[str, Any]:
         ),
         platform.processor(),
     )
+    host = make_target()
     return {
         "cpu": cpu,
+        # The EPYC behind a session varies (Zen 3 AVX2, Zen 4/5 AVX-512): ratios only compare
+        # within one vector width, so every report says which it had.
+        "llvm_cpu": str(host.attrs.get("mcpu", "")),
+        "fp32_lanes": vector_lanes(host),
         "logical_cpus": os.cpu_count(),
         "python": platform.python_version(),
         "tvm": tvm.__version__,
@@ -72,6 +78,14 @@ def machine() -> dict[str, Any]:
         "openvino": openvino_version(),
         "host": platform.node(),
     }
+
+
+def _vector_unit(machine: dict[str, Any]) -> str:
+    """``znver3, AVX2`` from a report's machine (older reports did not record it)."""
+    lanes = machine.get("fp32_lanes")
+    if lanes is None:
+        return "vector unit not recorded"
+    return f"{machine.get('llvm_cpu')}, {'AVX-512' if lanes == 16 else 'AVX2'}"
 
 
 def _ratio(doc: dict[str, Any]) -> str:
@@ -271,7 +285,8 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
     md = [
         f"# {name}: convtune vs untuned TVM, onnxruntime and OpenVINO ({report['date']})",
         "",
-        f"Machine: {report['machine']['cpu']}, {report['machine']['logical_cpus']} logical CPUs; "
+        f"Machine: {report['machine']['cpu']} ({_vector_unit(report['machine'])}), "
+        f"{report['machine']['logical_cpus']} logical CPUs; "
         f"TVM {report['machine']['tvm']}, onnxruntime {report['machine']['onnxruntime']}. "
         f"fp32 peak {peak['gflops_per_core']:.0f} GFLOP/s per core, {peak['gflops_all']:.0f} on "
         f"{peak['threads']} threads.",

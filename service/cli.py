@@ -95,9 +95,15 @@ def workloads(
 def _print_layout(layout: dict[str, Any]) -> None:
     """One line on the blocked layout, then one warning per fallback taken."""
     if "convs" in layout:
+        # Output layouts of the blocked convs, widest block first: NCHW16c, NCHW8c.
+        blocks = sorted(
+            {c["layout"].rpartition("→")[2] for c in layout["convs"] if c["layout"] != "NCHW"},
+            key=lambda name: -int(name[4:-1]),
+        )
         console.print(
-            f"layout: {layout['blocked_convs']} of {len(layout['convs'])} convs blocked "
-            f"(NCHW{layout['lanes']}c), {layout['transforms']} layout transforms"
+            f"layout: {layout['blocked_convs']} of {len(layout['convs'])} convs blocked"
+            f"{' (' + ', '.join(blocks) + ')' if blocks else ''}, "
+            f"{layout['transforms']} layout transforms"
         )
     for message in layout["fallbacks"]:
         console.print(f"[yellow]warning:[/] {message}")

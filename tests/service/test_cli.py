@@ -229,3 +229,14 @@ def test_run_what_a_download_saved(artifact: Path, tmp_path: Path, with_manifest
     assert result.stdout.startswith(f"{name}: shape [1, 6, 8, 8] float32")
     (expected,) = models.run_onnxruntime(models.conv_net(size=8), {"x": x})
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")[name], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_layout_line_names_every_block_size(capsys) -> None:
+    from convtune.service.cli import _print_layout
+
+    convs = [{"layout": "NCHW→NCHW8c"}, {"layout": "NCHW16c"}, {"layout": "NCHW"}]
+    layout = {"convs": convs, "blocked_convs": 2, "transforms": 1, "fallbacks": ["kept NCHW"]}
+    _print_layout(layout)
+    out = capsys.readouterr().err  # the CLI's notes go to stderr, its tables to stdout
+    assert "layout: 2 of 3 convs blocked (NCHW16c, NCHW8c), 1 layout transforms" in out
+    assert "warning: kept NCHW" in out
