@@ -212,7 +212,7 @@ def plan_search(
     *,
     retune: bool,
     peak_gflops: float | None = None,
-    exhausted: str | None = None,
+    searched_key: str | None = None,
 ) -> SearchPlan:
     """Budgets per task: elementwise tasks a fixed few, the others by expected gain.
 
@@ -224,9 +224,9 @@ def plan_search(
     ``ALLOCATION_CAP`` × ``trials_per_task`` in all.
 
     A task whose workload a search over the same spaces left with nothing new to measure, or
-    stopped because its best had not improved in ``PATIENCE_BATCHES`` batches (``exhausted``,
-    see :func:`exhaustion_key`), gets no trials, unless ``retune``: running the same command
-    twice measures nothing the second time.
+    stopped because its best had not improved in ``PATIENCE_BATCHES`` batches (marked with
+    ``searched_key``: :func:`exhaustion_key`, ``TrialBudget.mark_searched``), gets no trials,
+    unless ``retune``: running the same command twice measures nothing the second time.
     """
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     budgets = [task_budget(task.kind, trials_per_task) for task in tasks]
@@ -258,9 +258,9 @@ def plan_search(
     for i, extra in zip(searched, new_trials, strict=True):
         budgets[i] = done[i] + extra
         caps[i] = max(budgets[i], cap)
-    if exhausted is not None and not retune:
+    if searched_key is not None and not retune:
         for i, wid in enumerate(workload_ids):
-            if database.exhausted_key(wid) == exhausted:
+            if database.exhausted_key(wid) == searched_key:
                 budgets[i] = min(budgets[i], done[i])
     return SearchPlan(list(tasks), workload_ids, budgets, done, outlooks, caps)
 
@@ -285,11 +285,11 @@ class TrialBudget:
         deadline: float | None,
         should_stop: Callable[[], bool] | None,
         result: SearchResult,
-        converged_key: str | None = None,
+        searched_key: str | None = None,
     ) -> None:
         self.plan = plan
-        # A task stopped for lack of progress is marked with this key (see plan_search).
-        self.converged_key = converged_key
+        # The spaces' key a task is marked with when they have nothing more to give it.
+        self.searched_key = searched_key
         self.database = database
         self.deadline = deadline
         self.should_stop = should_stop
@@ -349,11 +349,16 @@ class TrialBudget:
             return False
         self.retired.add(index)
         self.spare += max(0, self.plan.budgets[index] - self.counts[index])
-        if self.converged_key is not None:
-            # The same command again (a re-upload) measures nothing for it; ``retune`` or
-            # another set of spaces searches it again.
-            self.database.mark_exhausted(self.plan.workload_ids[index], self.converged_key)
+        self.mark_searched(index)
         return True
+
+    def mark_searched(self, index: int) -> None:
+        """Record on task ``index``'s workload that the searched spaces have nothing more to
+        give it: no new schedule left, or no gain in ``PATIENCE_BATCHES`` union batches. The
+        same command again (a re-upload) measures nothing for it; ``retune`` or another set of
+        spaces searches it again (``plan_search``)."""
+        if self.searched_key is not None:
+            self.database.mark_exhausted(self.plan.workload_ids[index], self.searched_key)
 
     def measured(self, index: int) -> set[str]:
         if index not in self.seen:
@@ -375,7 +380,9 @@ class BudgetedSearch(PySearchStrategy):
     """Wraps a search strategy so that a task stops when its ``TrialBudget`` allowance is spent.
 
     An empty batch also ends the task: the space is exhausted (tiny elementwise spaces have a
-    handful of distinct schedules), and asking again would only repeat the search.
+    handful of distinct schedules), and asking again would only repeat the search. In the union
+    pass (``union``) that is recorded on the workload (``TrialBudget.mark_searched``); a seed
+    pass searches one space of several, whose exhaustion says nothing of the others.
     """
 
     def __init__(
@@ -383,14 +390,13 @@ class BudgetedSearch(PySearchStrategy):
         inner: SearchStrategy,
         budget: TrialBudget,
         index: int,
-        exhausted: str | None = None,
+        union: bool = False,
     ) -> None:
         super().__init__()
         self.inner = inner
         self.budget = budget
         self.index = index
-        # In the union pass: the key recorded on the workload when nothing new is left.
-        self.exhausted = exhausted
+        self.union = union
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -414,7 +420,7 @@ class BudgetedSearch(PySearchStrategy):
             return None
         candidates = self.inner.generate_measure_candidates()
         if not candidates:
-            self._mark_exhausted()
+            self._exhausted()
             return None
         # MetaSchedule's search only avoids re-measuring within one run, and a small space
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
@@ -427,14 +433,12 @@ class BudgetedSearch(PySearchStrategy):
                 seen.add(key)
                 fresh.append(candidate)
         if not fresh:
-            self._mark_exhausted()
+            self._exhausted()
         return fresh or None
 
-    def _mark_exhausted(self) -> None:
-        if self.exhausted is not None:
-            self.budget.database.mark_exhausted(
-                self.budget.plan.workload_ids[self.index], self.exhausted
-            )
+    def _exhausted(self) -> None:
+        if self.union:
+            self.budget.mark_searched(self.index)
 
     def notify_runner_results(
         self, measure_candidates: list[MeasureCandidate], results: list[RunnerResult]
@@ -442,7 +446,7 @@ class BudgetedSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> SearchStrategy:
-        return BudgetedSearch(self.inner.clone(), self.budget, self.index, self.exhausted)
+        return BudgetedSearch(self.inner.clone(), self.budget, self.index, self.union)
 
 
 @derived_object
@@ -606,7 +610,7 @@ def run_search(
         trials_per_task,
         retune=retune,
         peak_gflops=peak_for_threads(peak, threads) if peak is not None else None,
-        exhausted=searched_key,
+        searched_key=searched_key,
     )
     # Largest expected gain first: the gradient scheduler's first round follows this order, and
     # if the time budget runs out the tasks that pay most got their trials.
@@ -632,14 +636,11 @@ def run_search(
         on_event("cost_model_warm_start", warm.as_event())
 
     def search_pass(
-        tasks: list[int],
-        space_for: Callable[[int], SpaceGenerator],
-        exhausted: str | None = None,
+        tasks: list[int], space_for: Callable[[int], SpaceGenerator], union: bool = False
     ) -> None:
         _search_pass(
             plan, tasks, budget, space_for, database, target, warm.model, threads=threads,
-            seed=seed, job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet,
-            exhausted=exhausted,
+            seed=seed, job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet, union=union,
         )  # fmt: skip
 
     for seed_round in seed_rounds(plan, active, database, spaces):
@@ -655,7 +656,7 @@ def run_search(
     rest = [i for i in active if budget.allowance(i) > 0]
     if rest:
         # Only the union pass can tell that a task has nothing new left in any of its spaces.
-        search_pass(rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), searched_key)
+        search_pass(rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), union=True)
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()
@@ -715,10 +716,10 @@ def _search_pass(
     spaces: Sequence[ScheduleSpace],
     on_event: EventSink | None,
     fleet: Fleet | None,
-    exhausted: str | None = None,
+    union: bool = False,
 ) -> None:
     """One ``ms.tune_tasks`` run over ``active`` tasks, within ``budget``; ``cost_model`` is
-    warm and keeps learning across passes. With ``exhausted``, a task that runs out of new
+    warm and keeps learning across passes. In the ``union`` pass, a task that runs out of new
     schedules is marked so on its workload."""
     remaining = [budget.allowance(i) for i in active]
     # A task may go past its share with trials other tasks left when they stopped early.
@@ -733,7 +734,7 @@ def _search_pass(
                 target=target,
                 space_generator=space_for(i),
                 search_strategy=BudgetedSearch(
-                    evolutionary_search(max(remaining)), budget, i, exhausted
+                    evolutionary_search(max(remaining)), budget, i, union
                 ),
                 task_name=plan.tasks[i].name,
                 rand_state=rand_state,

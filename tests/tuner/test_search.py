@@ -102,16 +102,16 @@ def test_a_workload_exhausted_under_the_same_spaces_is_not_planned_again(setup) 
 
     tasks, database, _ = setup
     key = exhaustion_key(SPACES)
-    plan = plan_search(tasks, database, 10, retune=False, exhausted=key)
+    plan = plan_search(tasks, database, 10, retune=False, searched_key=key)
     conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
     _record(database, plan.workload_ids[conv], 2)
     database.mark_exhausted(plan.workload_ids[conv], key)
-    assert plan_search(tasks, database, 10, retune=False, exhausted=key).remaining(conv) == 0
+    assert plan_search(tasks, database, 10, retune=False, searched_key=key).remaining(conv) == 0
     # Another set of spaces (or another version) may have schedules this one had not.
     other = exhaustion_key(SPACES[:1])
     assert other != key
-    assert plan_search(tasks, database, 10, retune=False, exhausted=other).remaining(conv) > 0
-    assert plan_search(tasks, database, 10, retune=True, exhausted=key).remaining(conv) > 0
+    assert plan_search(tasks, database, 10, retune=False, searched_key=other).remaining(conv) > 0
+    assert plan_search(tasks, database, 10, retune=True, searched_key=key).remaining(conv) > 0
 
 
 def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) -> None:
@@ -164,10 +164,10 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
 
     tasks, database, _ = setup
     key = exhaustion_key(SPACES)
-    plan = plan_search(tasks, database, 10, retune=False, exhausted=key)
+    plan = plan_search(tasks, database, 10, retune=False, searched_key=key)
     conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
     _record(database, plan.workload_ids[conv], 2)
-    budget = TrialBudget(plan, database, None, None, SearchResult(), converged_key=key)
+    budget = TrialBudget(plan, database, None, None, SearchResult(), searched_key=key)
     # Seed passes (caps set) never stop a task.
     budget.caps = {conv: 4}
     assert not any(budget.batch_measured(conv, 1e-3) for _ in range(PATIENCE_BATCHES + 1))
@@ -177,7 +177,7 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
     assert stops == [False] * (PATIENCE_BATCHES - 1) + [True]
     assert budget.allowance(conv) == 0
     assert database.exhausted_key(plan.workload_ids[conv]) == key
-    assert plan_search(tasks, database, 10, retune=False, exhausted=key).remaining(conv) == 0
-    assert plan_search(tasks, database, 10, retune=True, exhausted=key).remaining(conv) > 0
+    assert plan_search(tasks, database, 10, retune=False, searched_key=key).remaining(conv) == 0
+    assert plan_search(tasks, database, 10, retune=True, searched_key=key).remaining(conv) > 0
     other = exhaustion_key(SPACES[:1])
-    assert plan_search(tasks, database, 10, retune=False, exhausted=other).remaining(conv) > 0
+    assert plan_search(tasks, database, 10, retune=False, searched_key=other).remaining(conv) > 0
