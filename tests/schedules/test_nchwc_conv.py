@@ -71,7 +71,7 @@ def test_mixed_channel_blocks_equal_the_unscheduled_kernel(config: dict) -> None
 
 
 def test_channels_that_do_not_divide_stay_nchw() -> None:
-    ingested = load_model(to_bytes(conv_net(in_channels=3, out_channels=24, size=8)))
+    ingested = load_model(to_bytes(conv_net(in_channels=3, out_channels=20, size=8)))
     _, tasks = extract_tasks(ingested, make_target(None), "nchwc")
     assert not any(is_blocked_conv(task.mod) for task in tasks)
     assert [task.onnx_nodes for task in tasks if task.kind == "conv"] == [["conv0"]]
@@ -82,7 +82,7 @@ def test_channels_that_do_not_divide_stay_nchw() -> None:
     "config",
     [
         dict(in_channels=32, out_channels=32, size=14, strides=2),
-        dict(batch=2, in_channels=3, out_channels=24, size=10),
+        dict(batch=2, in_channels=3, out_channels=20, size=10),
     ],
     ids=["blocked-stride2", "odd-channels-batch2"],
 )
