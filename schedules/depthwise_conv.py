@@ -31,6 +31,7 @@ The blocked depthwise conv2d is a Relax ``conv2d`` with ``data_layout=NCHW{x}c``
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -43,12 +44,13 @@ from tvm.target import Target
 
 from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
+from .isa import accumulator_limit
 from .nchwc_conv import conv_and_epilogue, epilogue_at, parallel_vectorize
 
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
 PAD_BLOCK = "depthwise_pad"
 SPACE_NAME = "depthwise-nchwc"
-# 32 zmm registers: accumulators + one weight vector + the input vectors of a tap.
+# The AVX-512 accumulator limit (isa.ACCUMULATORS); the space's generator passes its target's.
 MAX_REGISTER_BLOCK = 28
 
 
@@ -162,11 +164,14 @@ def is_blocked_depthwise(mod: IRModule) -> bool:
     return DEPTHWISE_BLOCK in _block_names(Schedule(mod))
 
 
-def schedule_depthwise(sch: Schedule, *, inline_pad: bool) -> None:
-    """Apply the register-blocked depthwise schedule, sampling ``reg_n`` (in place)."""
+def schedule_depthwise(
+    sch: Schedule, *, inline_pad: bool, max_block: int = MAX_REGISTER_BLOCK
+) -> None:
+    """Apply the register-blocked depthwise schedule, sampling ``reg_n`` ≤ ``max_block``
+    (in place)."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME, DEPTHWISE_BLOCK)
     batch, chunk, oh, ow, lanes, kh, kw = sch.get_loops(conv)
-    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=MAX_REGISTER_BLOCK)
+    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_block)
     ow_outer, ow_inner = sch.split(ow, reg_n)
     sch.reorder(batch, chunk, oh, ow_outer, kh, kw, ow_inner, lanes)
     rows = sch.fuse(batch, chunk, oh)
@@ -185,12 +190,12 @@ def schedule_depthwise(sch: Schedule, *, inline_pad: bool) -> None:
             parallel_vectorize(sch, block)
 
 
-def depthwise_sketches(sch: Schedule) -> list[Schedule]:
+def depthwise_sketches(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     """The two sketches of the space: padding as its own pass, and padding inlined."""
     sketches = []
     for inline_pad in (False, True) if PAD_BLOCK in _block_names(sch) else (False,):
         copy = sch.copy()
-        schedule_depthwise(copy, inline_pad=inline_pad)
+        schedule_depthwise(copy, inline_pad=inline_pad, max_block=max_block)
         sketches.append(copy)
     return sketches
 
@@ -206,4 +211,9 @@ class DepthwiseConvSpace(ScheduleSpace):
         return is_blocked_depthwise(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(depthwise_sketches, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+        return ScheduleFn(
+            partial(depthwise_sketches, max_block=accumulator_limit(target)),
+            sch_rules=[],
+            postprocs="llvm",
+            mutator_probs="llvm",
+        )

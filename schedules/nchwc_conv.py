@@ -18,6 +18,7 @@ parallel.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
 from tvm.ir import IRModule
@@ -27,10 +28,11 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace, mark_space
+from .isa import accumulator_limit
 
 CONV_BLOCK = "conv2d_NCHWc"
 SPACE_NAME = "nchwc-regblock"
-# 32 zmm registers: accumulators + one weight vector + broadcasts.
+# The AVX-512 accumulator limit (isa.ACCUMULATORS); a space's generator passes its target's.
 MAX_REGISTER_BLOCK = 28
 
 
@@ -60,11 +62,12 @@ def conv_and_epilogue(
     return conv, output, list(blocks[: names.index(conv_block)])
 
 
-def schedule_blocked_conv(sch: Schedule) -> None:
-    """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place)."""
+def schedule_blocked_conv(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> None:
+    """Apply the register-blocked conv2d_NCHWc schedule, sampling its knobs (in place); at most
+    ``max_block`` accumulators."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
     _, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
-    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=MAX_REGISTER_BLOCK)
+    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_block)
     ow_outer, ow_inner = sch.split(ow, reg_n)
     ic_outer, ic_inner = sch.split(ic, [None, input_channel_block(sch, conv)])
     sch.reorder(oc_chunk, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, oc_block)
@@ -124,5 +127,8 @@ class RegisterBlockedConvSpace(ScheduleSpace):
 
     def generator(self, target: Target) -> SpaceGenerator:
         return ScheduleFn(
-            schedule_blocked_conv, sch_rules=[], postprocs="llvm", mutator_probs="llvm"
+            partial(schedule_blocked_conv, max_block=accumulator_limit(target)),
+            sch_rules=[],
+            postprocs="llvm",
+            mutator_probs="llvm",
         )

@@ -28,6 +28,7 @@ all rows stream through; or rows outermost: one input row stays in L1/L2 for eve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import product
 from typing import ClassVar
 
@@ -38,6 +39,7 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace
+from .isa import accumulator_limit
 from .nchwc_conv import (
     CONV_BLOCK,
     MAX_REGISTER_BLOCK,
@@ -88,16 +90,22 @@ class RegisterBlock:
 
 
 def schedule_register_block(
-    sch: Schedule, conv: SBlockRV, output: SBlockRV | None, block: RegisterBlock, ic_block: int
+    sch: Schedule,
+    conv: SBlockRV,
+    output: SBlockRV | None,
+    block: RegisterBlock,
+    ic_block: int,
+    max_block: int = MAX_REGISTER_BLOCK,
 ) -> None:
     """Tile ``conv`` (loops n, oc_chunk, oh, ow, oc_block, ic, kh, kw) into the 2-D register
     block (in place), sampling the column block; the reduction over ``ic`` is split by
-    ``ic_block`` (the input's channel block), or unrolled whole when ``ic_block`` is its extent."""
+    ``ic_block`` (the input's channel block), or unrolled whole when ``ic_block`` is its extent;
+    at most ``max_block`` accumulators in all."""
     n, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
     oc_outer, oc_in = sch.split(oc_chunk, [None, block.oc])
     oh_outer, oh_in = sch.split(oh, [None, block.rows])
     columns = sch.sample_perfect_tile(
-        ow, n=2, max_innermost_factor=max(1, MAX_REGISTER_BLOCK // (block.oc * block.rows))
+        ow, n=2, max_innermost_factor=max(1, max_block // (block.oc * block.rows))
     )
     ow_outer, ow_in = sch.split(ow, columns)
     if int(sch.get(ic).extent) == ic_block:
@@ -119,15 +127,19 @@ def schedule_register_block(
     sch.decompose_reduction(conv, reduction[0])
 
 
-def schedule_conv_2d_block(sch: Schedule, block: RegisterBlock) -> None:
+def schedule_conv_2d_block(
+    sch: Schedule, block: RegisterBlock, max_block: int = MAX_REGISTER_BLOCK
+) -> None:
     """Apply the 2-D register-blocked schedule of this space (in place)."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
-    schedule_register_block(sch, conv, output, block, ic_block=input_channel_block(sch, conv))
+    schedule_register_block(
+        sch, conv, output, block, ic_block=input_channel_block(sch, conv), max_block=max_block
+    )
     for prologue_block in prologue:
         parallel_vectorize(sch, prologue_block)
 
 
-def design_spaces(sch: Schedule) -> list[Schedule]:
+def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     extents = _conv_extents(sch.mod)
     assert extents is not None
     spaces = []
@@ -136,7 +148,7 @@ def design_spaces(sch: Schedule) -> list[Schedule]:
     ):
         copy = sch.copy()
         copy.seed(sch.fork_seed())
-        schedule_conv_2d_block(copy, RegisterBlock(oc_inner, oh_inner, order))
+        schedule_conv_2d_block(copy, RegisterBlock(oc_inner, oh_inner, order), max_block)
         spaces.append(copy)
     return spaces
 
@@ -154,4 +166,9 @@ class RegisterBlock2DConvSpace(ScheduleSpace):
         return extents is not None and bool(register_blocks(extents["oc_chunk"], extents["oh"]))
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(design_spaces, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+        return ScheduleFn(
+            partial(design_spaces, max_block=accumulator_limit(target)),
+            sch_rules=[],
+            postprocs="llvm",
+            mutator_probs="llvm",
+        )

@@ -19,6 +19,7 @@ loop (3 iterations) unrolled whole, and optionally the window's column loop too:
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import product
 from typing import Any, ClassVar
 
@@ -32,7 +33,8 @@ from tvm.target import Target
 
 from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
-from .nchwc_conv import conv_and_epilogue
+from .isa import accumulator_limit
+from .nchwc_conv import MAX_REGISTER_BLOCK, conv_and_epilogue
 from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
 
 STEM_BLOCK = "conv2d_nchw_NCHWc"
@@ -128,11 +130,13 @@ def _stem_loops(mod: IRModule) -> dict[str, int] | None:
     return None
 
 
-def schedule_stem_conv(sch: Schedule, block: RegisterBlock) -> None:
+def schedule_stem_conv(
+    sch: Schedule, block: RegisterBlock, max_block: int = MAX_REGISTER_BLOCK
+) -> None:
     """Apply this space's schedule for ``block`` (in place), sampling the column block."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME, STEM_BLOCK)
     ic = int(sch.get(sch.get_loops(conv)[5]).extent)
-    schedule_register_block(sch, conv, output, block, ic_block=ic)
+    schedule_register_block(sch, conv, output, block, ic_block=ic, max_block=max_block)
     for pad in prologue:
         # NCHW padding of a few channels: whole rows copied in parallel (its rows are not a
         # multiple of the vector width; it is ~1% of the conv's time).
@@ -140,7 +144,7 @@ def schedule_stem_conv(sch: Schedule, block: RegisterBlock) -> None:
         sch.parallel(sch.fuse(*loops[:-1]))
 
 
-def design_spaces(sch: Schedule) -> list[Schedule]:
+def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     loops = _stem_loops(sch.mod)
     assert loops is not None
     spaces = []
@@ -149,7 +153,7 @@ def design_spaces(sch: Schedule) -> list[Schedule]:
             continue
         copy = sch.copy()
         copy.seed(sch.fork_seed())
-        schedule_stem_conv(copy, RegisterBlock(oc, 1, order, unroll_window))
+        schedule_stem_conv(copy, RegisterBlock(oc, 1, order, unroll_window), max_block)
         spaces.append(copy)
     return spaces
 
@@ -165,4 +169,9 @@ class StemConvSpace(ScheduleSpace):
         return _stem_loops(mod) is not None
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(design_spaces, sch_rules=[], postprocs="llvm", mutator_probs="llvm")
+        return ScheduleFn(
+            partial(design_spaces, max_block=accumulator_limit(target)),
+            sch_rules=[],
+            postprocs="llvm",
+            mutator_probs="llvm",
+        )

@@ -6,13 +6,17 @@ products, summed in another order, so they agree within verify.py's tolerance.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
 import tvm
 from tvm.ir import IRModule
+from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.target import Target
 
+from convtune.schedules.base import ScheduleSpace
 from convtune.tuner.extract import ModelTask, extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.target import make_target
@@ -57,3 +61,11 @@ def assert_close(got: np.ndarray, reference: np.ndarray) -> None:
     """verify.py's tolerance policy: the absolute part scales with the output's magnitude."""
     atol = ATOL * max(1.0, float(np.abs(reference).max()))
     np.testing.assert_allclose(got, reference, rtol=RTOL, atol=atol)
+
+
+def tile_limits(space: ScheduleSpace, task: IRModule, target: Target) -> set[int]:
+    """``max_innermost_factor`` of every tile the space's design spaces sample on ``target``."""
+    generator = space.generator(target)
+    ms.TuneContext(mod=task, target=target, space_generator=generator, task_name="task")
+    traces = [str(sch.trace) for sch in generator.generate_design_space(task)]
+    return {int(v) for trace in traces for v in re.findall(r"max_innermost_factor=(\d+)", trace)}

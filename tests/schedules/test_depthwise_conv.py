@@ -17,6 +17,7 @@ import tvm
 from onnx import numpy_helper
 from tvm import relax, s_tir
 from tvm.s_tir.meta_schedule import relax_integration
+from tvm.target import Target
 
 from convtune.schedules.depthwise_conv import (
     SPACE_NAME,
@@ -32,7 +33,7 @@ from convtune.schedules.registry import applicable, space_of
 from convtune.tuner.extract import RelaxModel, fuse
 from convtune.tuner.target import make_target
 from tests.models import conv_net
-from tests.schedules.kernels import assert_close, random_args, run
+from tests.schedules.kernels import assert_close, random_args, run, tile_limits
 
 LANES = 16
 
@@ -150,6 +151,13 @@ def test_space_is_registered_and_applies_only_to_blocked_depthwise_tasks():
         mod = relax.transform.LegalizeOps()(relax.frontend.onnx.from_onnx(dense))
     tasks = relax_integration.extract_tasks(fuse(RelaxModel(mod)), make_target(None))
     assert tasks and not any(space.applies_to(t.dispatched[0]) for t in tasks)
+
+
+def test_register_block_fits_the_targets_registers():
+    task = _depthwise_task(_blocked_module(_depthwise_onnx(dict(in_channels=16, size=56))))
+    for mcpu, limit in (("znver4", 28), ("znver3", 14)):
+        target = Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+        assert max(tile_limits(DepthwiseConvSpace(), task, target)) == limit
 
 
 def test_mobile_block_in_the_blocked_layout_matches_onnxruntime(tmp_path):

@@ -22,12 +22,14 @@ from convtune.schedules.generic import GenericSpace
 from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
 from convtune.schedules.nchwc_conv2d import RegisterBlock2DConvSpace
 from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
+from convtune.schedules.stem_conv import StemConvSpace
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import Layout
 from convtune.tuner.search import run_search
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
+from tests.schedules.kernels import AVX512, conv_task, tile_limits
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +119,26 @@ def test_a_new_space_is_searched_and_recorded_through_the_extension_point(tmp_pa
     assert spaces.count(UnrollOnlySpace.name) == 1
     assert DEFAULT_SPACE in spaces[1:]
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("space", "config", "fewest"),
+    [
+        (RegisterBlockedConvSpace(), dict(in_channels=16, out_channels=16, size=56, kernel=1), 1),
+        # its smallest block spans 2 output-channel chunks or 2 rows
+        (RegisterBlock2DConvSpace(), dict(in_channels=16, out_channels=32, size=56, kernel=1), 2),
+        (StemConvSpace(), dict(in_channels=3, out_channels=16, size=56, kernel=7, pads=3), 1),
+    ],
+    ids=lambda v: v.name if isinstance(v, ScheduleSpace) else "",
+)
+def test_register_blocks_fit_the_targets_registers(
+    space: ScheduleSpace, config: dict, fewest: int
+) -> None:
+    """The same task (planned for AVX-512, so its loops are alike) gets blocks of at most 28
+    accumulators for an AVX-512 target and 14 for an AVX2 one (isa.ACCUMULATORS): the longest
+    column block is that over the fewest chunks × rows a design space has."""
+    task = conv_task({"pads": 0, **config}, space.applies_to, AVX512).mod
+    for mcpu, limit in (("znver4", 28), ("znver3", 14)):
+        target = Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+        limits = tile_limits(space, task, target)
+        assert limits and max(limits) == limit // fewest, (mcpu, limits)
