@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import tvm
@@ -28,6 +28,8 @@ from .stats import NO_RECORDS, record_stats
 # MetaSchedule's stand-in run time for a candidate that failed to build or run
 # (SortTuningRecordByMeanRunSecs::kMaxMeanTime in TVM's C++).
 FAILED_RUN_SECS = 1e10
+#: Records a build looks through for one whose trace replays on its function.
+QUERY_CANDIDATES = 8
 
 
 def to_plain(obj: Any) -> Any:
@@ -328,11 +330,34 @@ class SQLDatabase(PyDatabase):
             error="build or run failed (MetaSchedule gave no valid run time)" if failed else None,
         )
 
-    def tuning_record(self, row: TuningRecordRow) -> TuningRecord:
-        """The MetaSchedule record of a stored row (its workload loaded and cached)."""
-        return TuningRecord.from_json(
-            [row.trace, row.run_secs, row.target, row.args_info], self.workload(row.workload_id)
-        )
+    def tuning_record(self, row: TuningRecordRow, mod: IRModule | None = None) -> TuningRecord:
+        """The MetaSchedule record of a stored row, its trace replayed on the stored workload
+        (loaded and cached), or else on ``mod``; raises the replay's error if neither takes it.
+
+        Structurally equal functions share one workload row, but a trace names blocks, and
+        structural equality ignores block names: FuseTIR numbers the blocks of fused elementwise
+        ops per model (``tir_sigmoid18`` in one task, ``tir_sigmoid11`` in its twin), so a trace
+        measured on the twin replays on the twin only. EfficientNet-B0's build died on one
+        (2026-11-30); the build queries with its own function, which such a trace fits.
+        """
+        plain = [row.trace, row.run_secs, row.target, row.args_info]
+        try:
+            return TuningRecord.from_json(plain, self.workload(row.workload_id))
+        except Exception:
+            if mod is None:
+                raise
+            return TuningRecord.from_json(plain, Workload(mod))
+
+    def _replayable(
+        self, rows: Sequence[TuningRecordRow], mod: IRModule | None
+    ) -> Iterator[TuningRecord]:
+        """The rows whose traces replay (``tuning_record``), in order; the others are left out:
+        a twin's trace that fits neither function, or a trace of a space that changed since."""
+        for row in rows:
+            try:
+                yield self.tuning_record(row, mod)
+            except Exception:
+                continue
 
     def _top_rows(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
         query = (
@@ -352,7 +377,7 @@ class SQLDatabase(PyDatabase):
         workload_id = self._id_of(workload, commit=False)
         if workload_id is None:
             return []
-        return [self.tuning_record(row) for row in self._top_rows(workload_id, top_k)]
+        return list(self._replayable(self._top_rows(workload_id, top_k), workload.mod))
 
     def best_record(self, workload_id: int) -> TuningRecordRow | None:
         """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""
@@ -398,7 +423,7 @@ class SQLDatabase(PyDatabase):
     def get_all_tuning_records(self) -> list[TuningRecord]:
         with self._sessions() as session:
             rows = list(session.scalars(self._target_records().order_by(TuningRecordRow.id)))
-        return [self.tuning_record(row) for row in rows]
+        return list(self._replayable(rows, None))
 
     def __len__(self) -> int:
         query = select(func.count()).select_from(self._target_records().subquery())
@@ -508,8 +533,9 @@ class SQLDatabase(PyDatabase):
         workload_id = self._find(mod, str(tvm_ffi.structural_hash(mod)))
         if workload_id is None:
             return None
-        rows = self._top_rows(workload_id, 1)
-        return self.tuning_record(rows[0]) if rows else None
+        # The fastest record whose trace replays; a few more rows in case the first do not.
+        rows = self._top_rows(workload_id, QUERY_CANDIDATES)
+        return next(self._replayable(rows, mod), None)
 
     def query_schedule(
         self, mod: IRModule, target: Target, workload_name: str | None = None

@@ -10,7 +10,7 @@ import tvm
 import tvm_ffi
 from sqlalchemy import func, select
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.database import TuningRecord
+from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from convtune.db.models import TargetRow, TuningRecordRow, WorkloadRow
 from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
@@ -251,6 +251,33 @@ def test_query_schedule_replays_the_stored_trace(db_engine, db_url):
     assert not tvm_ffi.structural_equal(sch.mod, mod)  # the schedule really changed the loops
     # The sampled tile sizes (decisions) survived storage.
     assert str(sch.trace) == str(original.trace)
+
+
+def test_a_trace_measured_on_a_twin_replays_on_the_twin(db_engine):
+    """Two functions equal but for their block names (FuseTIR numbers fused blocks per model)
+    share one workload row; each one's trace names its own blocks. A build of either gets a
+    record that replays on it, and no query raises (EfficientNet-B0's build died on this)."""
+    first, twin = matmul(64), matmul(64, name="D")
+    db = SQLDatabase(db_engine, TARGET)
+    for mod, name, secs in ((first, "C", 2e-4), (twin, "D", 1e-4)):
+        trace = tiled_schedule(mod, name=name).trace
+        db.commit_tuning_record(
+            TuningRecord(trace, db.commit_workload(mod), [secs], TARGET, args_info(mod))
+        )
+    assert db.workload_id(first) == db.workload_id(twin)
+    assert _count(db_engine, WorkloadRow) == 1
+
+    # The twin's own (faster) record; the first function's, whose trace names block "C".
+    assert _secs(db.query_tuning_record(twin, TARGET, "main")) == [1e-4]
+    assert _secs(db.query_tuning_record(first, TARGET, "main")) == [2e-4]
+    for mod in (first, twin):
+        sch = db.query_schedule(mod, TARGET, "main")
+        assert sch is not None and not tvm_ffi.structural_equal(sch.mod, mod)
+    # Searching the twin, both replay (the first's on the stored function, which it names);
+    # without a function to try, only the trace that fits the stored one.
+    searched = db.get_top_k(Workload(twin), 5)
+    assert [_secs(r) for r in searched] == [[1e-4], [2e-4]]
+    assert [_secs(r) for r in db.get_all_tuning_records()] == [[2e-4]]
 
 
 def test_only_structural_equality_is_supported(db_engine):

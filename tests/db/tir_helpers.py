@@ -15,21 +15,24 @@ TARGET = Target({"kind": "llvm", "mcpu": HOST_CPU, "num-cores": 2})
 OTHER_TARGET = Target({"kind": "llvm", "mcpu": HOST_CPU, "num-cores": 1})
 
 
-def matmul(n: int = 64, m: int | None = None, k: int | None = None) -> tvm.IRModule:
-    """C[n, m] = A[n, k] @ B[k, m] in float32, as a one-function IRModule named "main"."""
+def matmul(
+    n: int = 64, m: int | None = None, k: int | None = None, name: str = "C"
+) -> tvm.IRModule:
+    """C[n, m] = A[n, k] @ B[k, m] in float32, as a one-function IRModule named "main"; the
+    block is named ``name`` (structural equality ignores it)."""
     m = n if m is None else m
     k = n if k is None else k
     a = te.placeholder((n, k), name="A")
     b = te.placeholder((k, m), name="B")
     r = te.reduce_axis((0, k), name="k")
-    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name=name)
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
-def tiled_schedule(mod: tvm.IRModule, inner: int = 8, seed: int = 1) -> Schedule:
+def tiled_schedule(mod: tvm.IRModule, inner: int = 8, seed: int = 1, name: str = "C") -> Schedule:
     """A traced schedule with a sampling instruction (its decision must replay) and a split."""
     sch = Schedule(mod, seed=seed)
-    block = sch.get_sblock("C")
+    block = sch.get_sblock(name)
     i, j, _ = sch.get_loops(block)
     i_factors = sch.sample_perfect_tile(i, n=2)
     sch.split(i, factors=i_factors)
