@@ -31,7 +31,6 @@ The blocked depthwise conv2d is a Relax ``conv2d`` with ``data_layout=NCHW{x}c``
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,19 +38,22 @@ from tvm import relax, te, topi
 from tvm.ir import IRModule
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
-from .isa import accumulator_limit
-from .nchwc_conv import conv_and_epilogue, epilogue_at, parallel_vectorize
+from .nchwc_conv import (
+    MAX_REGISTER_BLOCK,
+    conv_and_epilogue,
+    epilogue_at,
+    parallel_vectorize,
+    register_block_space,
+)
 
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
 PAD_BLOCK = "depthwise_pad"
 SPACE_NAME = "depthwise-nchwc"
-# The AVX-512 accumulator limit (isa.ACCUMULATORS); the space's generator passes its target's.
-MAX_REGISTER_BLOCK = 28
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,9 +213,4 @@ class DepthwiseConvSpace(ScheduleSpace):
         return is_blocked_depthwise(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(
-            partial(depthwise_sketches, max_block=accumulator_limit(target)),
-            sch_rules=[],
-            postprocs="llvm",
-            mutator_probs="llvm",
-        )
+        return register_block_space(depthwise_sketches, target)

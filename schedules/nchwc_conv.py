@@ -18,6 +18,7 @@ parallel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import ClassVar
 
@@ -28,12 +29,12 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace, mark_space
-from .isa import accumulator_limit
+from .isa import ACCUMULATORS, accumulator_limit
 
 CONV_BLOCK = "conv2d_NCHWc"
 SPACE_NAME = "nchwc-regblock"
-# The AVX-512 accumulator limit (isa.ACCUMULATORS); a space's generator passes its target's.
-MAX_REGISTER_BLOCK = 28
+# The AVX-512 accumulator limit; a space's generator passes its target's (register_block_space).
+MAX_REGISTER_BLOCK = ACCUMULATORS[16]
 
 
 def is_blocked_conv(mod: IRModule) -> bool:
@@ -92,6 +93,19 @@ def input_channel_block(sch: Schedule, conv: SBlockRV) -> int:
     return int(sch.get(conv).reads[0].source.shape[-1])
 
 
+def register_block_space(
+    design: Callable[..., list[Schedule] | None], target: Target
+) -> SpaceGenerator:
+    """The space generator of a register-blocked kernel: ``design(sch, max_block=...)`` with
+    ``target``'s accumulator limit, no generic rules, LLVM's postprocessors and mutators."""
+    return ScheduleFn(
+        partial(design, max_block=accumulator_limit(target)),
+        sch_rules=[],
+        postprocs="llvm",
+        mutator_probs="llvm",
+    )
+
+
 def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:
     """Compute the conv's epilogue block ``output`` (if any) under ``loop``, vectorized: the
     accumulators of one register block are consumed where they are produced, so the
@@ -126,9 +140,4 @@ class RegisterBlockedConvSpace(ScheduleSpace):
         return is_blocked_conv(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(
-            partial(schedule_blocked_conv, max_block=accumulator_limit(target)),
-            sch_rules=[],
-            postprocs="llvm",
-            mutator_probs="llvm",
-        )
+        return register_block_space(schedule_blocked_conv, target)

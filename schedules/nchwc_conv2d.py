@@ -28,18 +28,16 @@ all rows stream through; or rows outermost: one input row stays in L1/L2 for eve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from itertools import product
 from typing import ClassVar
 
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace
-from .isa import accumulator_limit
 from .nchwc_conv import (
     CONV_BLOCK,
     MAX_REGISTER_BLOCK,
@@ -47,6 +45,7 @@ from .nchwc_conv import (
     epilogue_at,
     input_channel_block,
     parallel_vectorize,
+    register_block_space,
 )
 
 SPACE_NAME = "nchwc-regblock2d"
@@ -166,9 +165,4 @@ class RegisterBlock2DConvSpace(ScheduleSpace):
         return extents is not None and bool(register_blocks(extents["oc_chunk"], extents["oh"]))
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(
-            partial(design_spaces, max_block=accumulator_limit(target)),
-            sch_rules=[],
-            postprocs="llvm",
-            mutator_probs="llvm",
-        )
+        return register_block_space(design_spaces, target)

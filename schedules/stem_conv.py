@@ -19,7 +19,6 @@ loop (3 iterations) unrolled whole, and optionally the window's column loop too:
 
 from __future__ import annotations
 
-from functools import partial
 from itertools import product
 from typing import Any, ClassVar
 
@@ -28,13 +27,12 @@ from tvm import relax, te, topi
 from tvm.ir import IRModule
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
-from .isa import accumulator_limit
-from .nchwc_conv import MAX_REGISTER_BLOCK, conv_and_epilogue
+from .nchwc_conv import MAX_REGISTER_BLOCK, conv_and_epilogue, register_block_space
 from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
 
 STEM_BLOCK = "conv2d_nchw_NCHWc"
@@ -169,9 +167,4 @@ class StemConvSpace(ScheduleSpace):
         return _stem_loops(mod) is not None
 
     def generator(self, target: Target) -> SpaceGenerator:
-        return ScheduleFn(
-            partial(design_spaces, max_block=accumulator_limit(target)),
-            sch_rules=[],
-            postprocs="llvm",
-            mutator_probs="llvm",
-        )
+        return register_block_space(design_spaces, target)
