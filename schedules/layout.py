@@ -199,10 +199,13 @@ def channel_block(channels: int, lanes: int) -> int | None:
     and in NCHW their vector axis was the image width, with unaligned loads at every tap. An
     AVX2 target gets no 4-lane blocks: nothing measured them, and the channel counts they would
     add (multiples of 4, not of 8) are squeeze-excitation bottlenecks of 1x1 pixel."""
-    for block in (lanes, lanes // 2):
-        if block >= 8 and channels % block == 0:
-            return block
-    return None
+    return next((block for block in channel_blocks(lanes) if channels % block == 0), None)
+
+
+def channel_blocks(lanes: int) -> tuple[int, ...]:
+    """The blocks a tensor may have on a target of ``lanes`` fp32 lanes, widest first: a whole
+    register, and half of one if that is still 8 lanes (:func:`channel_block`)."""
+    return (lanes, lanes // 2) if lanes // 2 >= 8 else (lanes,)
 
 
 def _to_blocked(block: int) -> Callable[..., tuple[Any, ...]]:
@@ -267,10 +270,14 @@ class _BlockingMutator(PyExprMutator):
     def _block(self, channels: int) -> int | None:
         return channel_block(channels, self.lanes)
 
-    def _held(self, var: relax.Var, channels: int) -> _Blocked:
+    def _known_block(self, channels: int) -> int:
+        """The block of a tensor this pass has already blocked (so its channels have one)."""
         block = self._block(channels)
         assert block is not None, channels
-        return _Blocked(var, channels, block)
+        return block
+
+    def _held(self, var: relax.Var, channels: int) -> _Blocked:
+        return _Blocked(var, channels, self._known_block(channels))
 
     # --- layout materialization -----------------------------------------------------------------
 
@@ -289,7 +296,7 @@ class _BlockingMutator(PyExprMutator):
             items = [
                 self.builder_.emit(
                     relax.op.layout_transform(
-                        relax.TupleGetItem(tup, i), _to_nchw(self._held(tup, c).block)
+                        relax.TupleGetItem(tup, i), _to_nchw(self._known_block(c))
                     )
                 )
                 for i, c in enumerate(channels)
@@ -442,7 +449,7 @@ class _BlockingMutator(PyExprMutator):
             return None, "dynamic shape"
         constant = isinstance(call.args[1], GenericConst)
         in_block, out_block = self._block(x_shape[1]), self._block(w_shape[0])
-        smallest = self.lanes // 2
+        smallest = min(channel_blocks(self.lanes))
         if groups != 1 and groups == x_shape[1] and w_shape[1] == 1:
             if not (
                 constant
@@ -790,6 +797,7 @@ __all__ = [
     "block_weight",
     "blocked_layout",
     "channel_block",
+    "channel_blocks",
     "legalize",
     "plan_blocked_layout",
 ]

@@ -17,7 +17,7 @@ import pytest
 from onnx import helper, numpy_helper
 from tvm.s_tir import meta_schedule as ms
 
-from convtune.schedules.layout import channel_block
+from convtune.schedules.layout import channel_block, channel_blocks
 from convtune.tuner.extract import extract_tasks, model_for_target
 from convtune.tuner.ingest import load_model
 from convtune.tuner.library import build_library
@@ -461,3 +461,5 @@ def test_a_tensor_is_blocked_by_a_whole_register_else_half_of_one() -> None:
     assert channel_block(20, 16) is None
     assert channel_block(24, 8) == 8
     assert channel_block(12, 8) is None  # no 4-lane blocks on AVX2
+    # What an NCHW conv's reason names as the smallest block: 8 on both.
+    assert channel_blocks(16) == (16, 8) and channel_blocks(8) == (8,)
