@@ -1,0 +1,90 @@
+"""A vectorizable exp: how ``tirx.exp`` on fp32 compiles for LLVM CPU targets.
+
+TVM lowers ``tirx.exp`` to LLVM's ``llvm.exp`` intrinsic, and LLVM has no vector expansion of it
+without a vector math library: a vectorized ``sigmoid(x)·x`` loop compiles to one scalar
+``expf@PLT`` call per element. Measured on Zen 3 after a 30-minute EfficientNet-B0 search, every
+conv with a SiLU epilogue was slow for that reason alone (the 112×112 expand ran at 11 GFLOP/s,
+3.72 ms against onnxruntime's 0.57 ms; the depthwise convs with SiLU at 4–16 GFLOP/s), while the
+projections without SiLU beat onnxruntime. On Zen 4 a vectorized loop of this exp takes 0.26 ns
+per element against 2.1 ns for libm's.
+
+Here fp32 exp is lowered to plain arithmetic instead: Cody–Waite range reduction
+``x = n·ln2 + r``, Cephes' degree-5 polynomial for ``e^r`` on ``|r| ≤ ln2/2``, and ``2^n``
+written into the exponent bits. Each step is one vector instruction (AVX-512: ``vrndscaleps``,
+FMAs, ``vpslld``), so an epilogue vectorizes with its conv. Sigmoid, SiLU and tanh reach exp
+through TVM's own lowering rules, so they use it too. It is a lowering rule, not a rewrite of
+the workload: task keys and stored records are unchanged.
+
+Accuracy: within 2 ulp of the exact exp on the range below (``tests/schedules/
+test_fast_math.py`` measures it against float64 and the models against onnxruntime, whose MLAS
+kernels approximate too). Inputs are clamped to ``[EXP_LOW, EXP_HIGH]``: below, ``e^x`` would
+be a denormal (we return ~1e-38); above, ``2^n`` would leave the exponent field (we return
+~2.4e38 where ``expf`` reaches inf).
+"""
+
+from __future__ import annotations
+
+from tvm import DataType, tirx
+
+# Cephes expf: the polynomial for (e^r - 1 - r) / r², highest degree first.
+_POLYNOMIAL = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
+_LOG2E = 1.44269504088896341
+# ln 2 split so that n·_LN2_HIGH is exact in fp32 for |n| < 2^9 (Cody–Waite).
+_LN2_HIGH = 0.693359375
+_LN2_LOW = -2.12194440e-4
+# n = round(x·log2 e) stays in [-126, 127] on this range, so 2^n is a normal fp32 number.
+EXP_LOW = -87.33654
+EXP_HIGH = 88.37626
+
+#: Above TVM's own rule for exp on LLVM targets (level 10), so this one is used.
+LOWERING_LEVEL = 99
+
+
+def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """``e^x`` for an fp32 expression (scalar or vector), in arithmetic and bit operations."""
+    dtype = str(x.ty.dtype)
+    lanes = DataType(dtype).lanes
+    f32 = "float32"
+    i32 = "int32" if lanes == 1 else f"int32x{lanes}"
+    x = tirx.max(tirx.min(x, tirx.const(EXP_HIGH, f32)), tirx.const(EXP_LOW, f32))
+    n = tirx.floor(x * tirx.const(_LOG2E, f32) + tirx.const(0.5, f32))
+    r = x - n * tirx.const(_LN2_HIGH, f32) - n * tirx.const(_LN2_LOW, f32)
+    p = tirx.const(_POLYNOMIAL[0], f32)
+    for coefficient in _POLYNOMIAL[1:]:
+        p = p * r + tirx.const(coefficient, f32)
+    e_r = p * r * r + r + tirx.const(1.0, f32)
+    exponent = tirx.Cast(i32, n) + tirx.const(127, "int32")
+    two_n = tirx.reinterpret(dtype, tirx.shift_left(exponent, tirx.const(23, "int32")))
+    return two_n * e_r
+
+
+def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
+    (x,) = call.args
+    dtype = DataType(str(x.ty.dtype))
+    if dtype.type_code == _FLOAT32.type_code and dtype.bits == _FLOAT32.bits:
+        return fast_exp(x)
+    # What TVM's own rule does, for the types this one leaves alone (fp64, fp16).
+    return tirx.call_llvm_pure_intrin(str(dtype), "llvm.exp", x)
+
+
+_FLOAT32 = DataType("float32")
+_installed = False
+
+
+def use_fast_exp() -> None:
+    """Make every later compile in this process lower fp32 exp by :func:`fast_exp` (idempotent).
+
+    Called by the two places that compile: the candidate builder's worker processes and the
+    model build, so a candidate is measured with the exp its artifact will run.
+    """
+    global _installed
+    if not _installed:
+        tirx.register_intrin_lowering("tirx.exp", "llvm", f=_lower_exp, level=LOWERING_LEVEL)
+        _installed = True

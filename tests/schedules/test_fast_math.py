@@ -1,0 +1,119 @@
+"""The vectorizable exp (schedules/fast_math.py): its error, and that models use it end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import helper
+
+from convtune.schedules.fast_math import EXP_HIGH, EXP_LOW, use_fast_exp
+from convtune.tuner.ingest import load_model
+from convtune.tuner.library import compile_untuned
+from convtune.tuner.runtime import Artifact
+from convtune.tuner.target import make_target
+from convtune.tuner.verify import compare
+from tests import models
+
+ULP = 2.0**-23  # fp32 spacing at 1: the relative error of one ulp is at most this
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+def _imports(so_path: Path, symbol: str) -> bool:
+    # The dynamic string table holds every imported name NUL-terminated (versions apart).
+    return b"\x00" + symbol.encode() + b"\x00" in so_path.read_bytes()
+
+
+def _vectorized_exp(target, n: int, dtype: str, so_path: Path):
+    """A 16-lane vector loop of ``tirx.exp``, compiled as the builder and model build do."""
+    use_fast_exp()
+    x = tvm.te.placeholder((n,), dtype, name="x")
+    y = tvm.te.compute((n,), lambda i: tvm.tirx.exp(x[i]), name="y")
+    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([x, y]))
+    (loop,) = sch.get_loops(sch.get_sblock("y"))
+    sch.vectorize(sch.split(loop, [None, 16])[1])
+    tvm.compile(sch.mod, target=target).export_library(str(so_path))
+    return tvm.runtime.load_module(str(so_path))
+
+
+def test_fp32_exp_is_vector_code_within_two_ulp_and_clamps_outside_its_range(target, tmp_path):
+    rng = np.random.default_rng(0)
+    inside = np.concatenate(
+        [
+            np.linspace(EXP_LOW, EXP_HIGH, 1 << 20),
+            rng.standard_normal(1 << 18) * 4,  # where sigmoid's exp lives
+            [0.0, -0.0, 1.0, -1.0, np.log(2) / 2, -np.log(2) / 2],
+        ]
+    ).astype(np.float32)
+    outside = np.array([-1e30, -200.0, -88.0, 89.0, 200.0, 1e30], np.float32)
+    x = np.concatenate([inside, outside])
+    y = tvm.runtime.tensor(np.zeros_like(x))
+    so_path = tmp_path / "exp32.so"
+    _vectorized_exp(target, x.size, "float32", so_path)(tvm.runtime.tensor(x), y)
+    assert not _imports(so_path, "expf")
+
+    got = y.numpy()
+    exact = np.exp(inside.astype(np.float64))
+    rel = np.abs(got[: inside.size] - exact) / exact
+    assert rel.max() <= 2 * ULP, (rel.max() / ULP, inside[rel.argmax()])
+    tail = got[inside.size :]
+    assert np.all(np.isfinite(tail)) and np.all(tail > 0)
+    assert tail[:3].max() < 1e-37 and tail[3:].min() > 1e38
+
+
+def test_fp64_exp_keeps_libm(target, tmp_path):
+    # Also shows that _imports sees an imported exp when there is one.
+    x = np.linspace(-700, 700, 4096)
+    y = tvm.runtime.tensor(np.zeros_like(x))
+    so_path = tmp_path / "exp64.so"
+    _vectorized_exp(target, x.size, "float64", so_path)(tvm.runtime.tensor(x), y)
+    assert _imports(so_path, "exp")
+    np.testing.assert_allclose(y.numpy(), np.exp(x), rtol=1e-15)
+
+
+def _silu_exp_softmax_model(channels: int, seed: int = 0) -> onnx.ModelProto:
+    """Conv → SiLU (x·Sigmoid x) → Exp of a scaled copy, and a Softmax head over channels."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["c", "s"], ["silu"], name="silu"),
+        helper.make_node("Mul", ["silu", "k"], ["scaled"], name="scale"),
+        helper.make_node("Exp", ["scaled"], ["e"], name="exp"),
+        helper.make_node("Softmax", ["c"], ["p"], name="softmax", axis=1),
+    ]
+    shape = [1, channels, 10, 10]
+    return models.make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in ("e", "p")],
+        [
+            onnx.numpy_helper.from_array(weight, "W"),
+            onnx.numpy_helper.from_array(np.array(0.25, np.float32), "k"),
+        ],
+        name="silu_exp_softmax",
+    )
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
+def test_sigmoid_silu_exp_and_softmax_compile_without_libm_exp_and_match_onnxruntime(
+    layout: str, target, tmp_path: Path
+) -> None:
+    channels = 16
+    original = _silu_exp_softmax_model(channels)
+    ingested = load_model(models.to_bytes(original))
+    feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=3)
+    so_path = compile_untuned(ingested, target, tmp_path, layout)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(a) for a in models.run_onnxruntime(original, feeds)]
+    result = compare(ours, reference, ["e", "p"], seed=3)
+    assert result.passed, result
+    assert not _imports(so_path, "expf")
