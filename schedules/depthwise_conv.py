@@ -45,10 +45,12 @@ from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
 from .nchwc_conv import (
     MAX_REGISTER_BLOCK,
+    block_names,
     conv_and_epilogue,
     epilogue_at,
-    parallel_vectorize,
+    padding_sketches,
     register_block_space,
+    schedule_prologue,
 )
 
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"
@@ -157,13 +159,9 @@ def legalize_depthwise_conv2d(bb: BlockBuilder, call: Call) -> Expr:
 # ---------------------------------------------------------------------------------------------
 
 
-def _block_names(sch: Schedule) -> list[str]:
-    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
-
-
 def is_blocked_depthwise(mod: IRModule) -> bool:
     """Whether the task's function holds the blocked depthwise block."""
-    return DEPTHWISE_BLOCK in _block_names(Schedule(mod))
+    return DEPTHWISE_BLOCK in block_names(Schedule(mod))
 
 
 def schedule_depthwise(
@@ -185,21 +183,12 @@ def schedule_depthwise(
     sch.vectorize(lanes)
     epilogue_at(sch, output, ow_outer)
     sch.decompose_reduction(conv, kh)
-    for block in prologue:
-        if inline_pad and sch.get(block).name_hint == PAD_BLOCK:
-            sch.compute_inline(block)
-        else:
-            parallel_vectorize(sch, block)
+    schedule_prologue(sch, prologue, inline_pad=inline_pad, pad_block=PAD_BLOCK)
 
 
 def depthwise_sketches(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     """The two sketches of the space: padding as its own pass, and padding inlined."""
-    sketches = []
-    for inline_pad in (False, True) if PAD_BLOCK in _block_names(sch) else (False,):
-        copy = sch.copy()
-        schedule_depthwise(copy, inline_pad=inline_pad, max_block=max_block)
-        sketches.append(copy)
-    return sketches
+    return padding_sketches(sch, schedule_depthwise, PAD_BLOCK, max_block)
 
 
 class DepthwiseConvSpace(ScheduleSpace):

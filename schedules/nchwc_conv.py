@@ -118,6 +118,36 @@ def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:
         sch.vectorize(sch.get_loops(output)[-1])
 
 
+def block_names(sch: Schedule) -> list[str]:
+    """The names of the task's top-level blocks, in order."""
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def padding_sketches(
+    sch: Schedule, design: Callable[..., None], pad_block: str, max_block: int
+) -> list[Schedule]:
+    """``design(copy, inline_pad=…, max_block=…)`` applied to copies of ``sch``: one sketch with
+    the zero/−inf padding as its own pass over memory, and, if the task has a ``pad_block``, one
+    with it inlined into the kernel (a select per tap). Which wins depends on the layer."""
+    sketches = []
+    for inline_pad in (False, True) if pad_block in block_names(sch) else (False,):
+        copy = sch.copy()
+        design(copy, inline_pad=inline_pad, max_block=max_block)
+        sketches.append(copy)
+    return sketches
+
+
+def schedule_prologue(
+    sch: Schedule, prologue: list[SBlockRV], *, inline_pad: bool, pad_block: str
+) -> None:
+    """The blocks before the kernel: the padding inlined if asked, the rest parallel/vector."""
+    for block in prologue:
+        if inline_pad and sch.get(block).name_hint == pad_block:
+            sch.compute_inline(block)
+        else:
+            parallel_vectorize(sch, block)
+
+
 def parallel_vectorize(sch: Schedule, block: SBlockRV) -> None:
     """Padding / layout copies before the conv: outer loops parallel, the channel block vector."""
     loops = sch.get_loops(block)

@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGenerat
 from tvm.target import Target
 
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
+from .blocked_pool import BlockedPoolSpace
 from .depthwise_conv import DepthwiseConvSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
@@ -25,6 +26,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     RegisterBlock2DConvSpace(),
     DepthwiseConvSpace(),
     StemConvSpace(),
+    BlockedPoolSpace(),
 )
 
 
