@@ -469,7 +469,15 @@ class _BlockingMutator(PyExprMutator):
         if (
             constant
             and out_block is not None
-            and stem_conv.blocks_output_only(x_shape[1], w_shape[0], groups, out_block)
+            and stem_conv.blocks_output_only(
+                x_shape[1],
+                w_shape[0],
+                groups,
+                out_block,
+                unblockable_pixel=in_block is None
+                and tuple(x_shape[2:]) == (1, 1)
+                and tuple(w_shape[2:]) == (1, 1),
+            )
         ):
             return "stem", f"{x_shape[1]} input channels: NCHW in, blocked out (stem kernel)"
         if (

@@ -39,10 +39,20 @@ STEM_BLOCK = "conv2d_nchw_NCHWc"
 SPACE_NAME = "stem-nchw-nchwc"
 
 
-def blocks_output_only(in_channels: int, out_channels: int, groups: int, lanes: int) -> bool:
+def blocks_output_only(
+    in_channels: int,
+    out_channels: int,
+    groups: int,
+    lanes: int,
+    *,
+    unblockable_pixel: bool = False,
+) -> bool:
     """Whether a conv is compiled NCHW in, NCHW{lanes}c out: a dense conv whose output channels
-    divide by the lanes and whose input channels do not (fewer than a block: the RGB stem)."""
-    return groups == 1 and out_channels % lanes == 0 and in_channels < lanes
+    divide by the lanes and whose input channels do not, being fewer than a block (the RGB
+    stem) or, with ``unblockable_pixel``, a 1×1 conv of a single pixel whose channels no block
+    divides. The latter is squeeze-excitation's excitation (EfficientNet-B0: 20 → 480): kept
+    NCHW, its gate was NCHW too and the 14×14×480 tensor it scales went to NCHW and back."""
+    return groups == 1 and out_channels % lanes == 0 and (in_channels < lanes or unblockable_pixel)
 
 
 def pack_weight(weight: np.ndarray, lanes: int) -> np.ndarray:

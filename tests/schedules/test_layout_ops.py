@@ -219,6 +219,19 @@ def squeeze_excite() -> onnx.ModelProto:
     return n.model(n.conv(n.op("Mul", [a, s]), 32, 16), "squeeze_excite")
 
 
+def squeeze_excite_unblockable() -> onnx.ModelProto:
+    """EfficientNet's SE: a squeeze to 20 channels (no block divides them), SiLU, excitation
+    back to 48 with Sigmoid, scaling the map. The excitation reads NCHW and writes blocked, so
+    the gate and the map it scales stay blocked: transforms only on the pooled pixel."""
+    n = Net()
+    a = n.conv("x", 16, 48)
+    g = n.op("GlobalAveragePool", [a])
+    squeezed = n.conv(g, 48, 20, kernel=1)
+    squeezed = n.op("Mul", [squeezed, n.op("Sigmoid", [squeezed])])
+    s = n.conv(squeezed, 20, 48, kernel=1, act="Sigmoid")
+    return n.model(n.conv(n.op("Mul", [a, s]), 48, 16), "squeeze_excite_unblockable")
+
+
 def lrn() -> onnx.ModelProto:
     n = Net()
     a = n.conv("x", 16, 32)
@@ -384,6 +397,8 @@ CASES: dict[str, Case] = {
     "maxpool_ceil": Case(maxpool_ceil, blocked=2, transforms=2),
     "avgpool_count_include_pad": Case(avgpool_pad, blocked=2, transforms=2),
     "squeeze_excite": Case(squeeze_excite, blocked=4, transforms=2),
+    # only the pooled pixel goes to NCHW for the squeeze; the excitation writes blocked
+    "squeeze_excite_unblockable": Case(squeeze_excite_unblockable, blocked=3, transforms=3),
     "lrn": Case(lrn, blocked=2, transforms=4),
     "sum_many": Case(sum_many, blocked=4, transforms=2),
     "dropout": Case(dropout, blocked=2, transforms=2),

@@ -31,6 +31,8 @@ CONFIGS = {
     "batch2-odd": dict(batch=2, in_channels=5, out_channels=32, size=(9, 13), kernel=3, pads=1),
     "no-epilogue": dict(in_channels=3, out_channels=32, size=8, kernel=3, pads=0, bias=False,
                         relu=False),
+    # squeeze-excitation's excitation: 20 channels no block divides, one pixel
+    "se-excitation-pixel": dict(in_channels=20, out_channels=48, size=1, kernel=1, pads=0),
 }  # fmt: skip
 
 
@@ -59,6 +61,9 @@ def test_which_convs_are_output_blocked() -> None:
     assert blocks_output_only(3, 24, 1, 8)  # 24 channels in half blocks (layout.channel_block)
     assert not blocks_output_only(32, 64, 1, 16)  # blocked on both sides (nchwc_conv.py)
     assert not blocks_output_only(8, 16, 8, 16)  # depthwise
+    # An unblockable input is read NCHW only where it is one pixel (the layout pass says so).
+    assert blocks_output_only(20, 480, 1, 16, unblockable_pixel=True)
+    assert not blocks_output_only(20, 480, 1, 16)
 
 
 def test_packed_weight_holds_output_channels_in_the_vector() -> None:
