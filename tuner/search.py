@@ -660,6 +660,11 @@ def run_search(
     if rest:
         # Only the union pass can tell that a task has nothing new left in any of its spaces.
         search_pass(rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), union=True)
+    if not result.reason:
+        result.reason = (
+            f"every task converged (< {MIN_GAIN:.0%} gain in {PATIENCE_BATCHES} batches), "
+            "ran out of new schedules or used its trials"
+        )
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()

@@ -69,6 +69,7 @@ def test_every_batch_is_recorded_before_the_next_is_generated(tmp_path, monkeypa
 
     conv_tasks = sum(task.kind in ("conv", "gemm") for task in tasks)
     assert conv_tasks >= 3 and result.trials_measured >= conv_tasks
+    assert not result.stopped_early and result.reason.startswith("every task converged")
     # MetaSchedule's GradientBased generates every task's first batch before recording any:
     # there the second generation would see 0 records.
     assert len(generated) > conv_tasks
