@@ -45,25 +45,26 @@ from .nchwc_conv import (
 SPACE_NAME = "blocked-pool"
 PAD_BLOCK = "pad_temp"  # TOPI's pool2d padding
 _SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduction
-#: The smallest channel block this space vectorizes (a half-register block on AVX2 is 4).
+#: The narrowest lane axis this space vectorizes. Blocked tensors have 8 or 16 lanes
+#: (``layout.channel_blocks``); the bound keeps a narrow innermost axis of any other tensor out.
 MIN_LANES = 4
 
 
-def blocked_reduction(sch: Schedule) -> str | None:
-    """The name of the task's one reduction block if it reduces over spatial axes of a blocked
-    tensor (lane axis innermost and untouched by the reduction), else None."""
+def blocked_reduction(sch: Schedule) -> tuple[str, int] | None:
+    """The name and spatial axis count of the task's one reduction block if it reduces over
+    spatial axes of a blocked tensor (lane axis innermost and untouched by the reduction), else
+    None."""
     reductions = []
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(block_rv)
         kinds = [int(iv.iter_type) for iv in block.iter_vars]
         if _REDUCE in kinds:
-            reductions.append(block)
+            reductions.append((block, kinds))
         elif any(kind != _SPATIAL for kind in kinds):
             return None
     if len(reductions) != 1:
         return None
-    block = reductions[0]
-    kinds = [int(iv.iter_type) for iv in block.iter_vars]
+    block, kinds = reductions[0]
     spatial = kinds.count(_SPATIAL)
     # Spatial axes first (the lane last of them), then the reduction: TOPI's order, which the
     # schedule below relies on; and at least n, chunk, a row axis and a column axis.
@@ -76,7 +77,7 @@ def blocked_reduction(sch: Schedule) -> str | None:
     regions = [*block.reads, *block.writes]
     if not all(region.region and region.region[-1].min.same_as(lane.var) for region in regions):
         return None
-    return str(block.name_hint)
+    return str(block.name_hint), spatial
 
 
 def is_blocked_pool(mod: IRModule) -> bool:
@@ -88,10 +89,10 @@ def schedule_blocked_pool(
     sch: Schedule, *, inline_pad: bool, max_block: int = MAX_REGISTER_BLOCK
 ) -> None:
     """Lanes innermost and vectorized, ``reg_n`` ≤ ``max_block`` columns unrolled (in place)."""
-    name = blocked_reduction(sch)
-    assert name is not None, "the space applies to blocked reductions only"
+    found = blocked_reduction(sch)
+    assert found is not None, "the space applies to blocked reductions only"
+    name, spatial = found
     pool, output, prologue = conv_and_epilogue(sch, SPACE_NAME, name)
-    spatial = [int(iv.iter_type) for iv in sch.get(pool).iter_vars].count(_SPATIAL)
     loops = sch.get_loops(pool)
     *outer, cols, lanes = loops[:spatial]
     window = loops[spatial:]

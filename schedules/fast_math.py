@@ -65,6 +65,9 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return two_n * e_r
 
 
+_FLOAT32 = DataType("float32")
+
+
 def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
     (x,) = call.args
     dtype = DataType(str(x.ty.dtype))
@@ -74,7 +77,6 @@ def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
     return tirx.call_llvm_pure_intrin(str(dtype), "llvm.exp", x)
 
 
-_FLOAT32 = DataType("float32")
 _installed = False
 
 

@@ -3,7 +3,7 @@
 MetaSchedule's ``GradientBased`` scheduler sends the first batch of *every* task before it joins
 any: the first round's measurements are recorded only when the last task's batch has been
 generated and built. Measured on Zen 4 with EfficientNet-B0 (75 tasks), after the seed passes
-the union pass recorded nothing for over 8 minutes of a 30-minute budget. Meanwhile:
+the union pass recorded nothing for 14 minutes of a 30-minute budget. Meanwhile:
 
 - a worker killed in that window loses every measurement of the round;
 - the cost model learns nothing from the round, so each task's first batch is picked by a model
@@ -21,6 +21,7 @@ expected gain), the next task is TVM's: the largest weighted gradient of its bes
 from __future__ import annotations
 
 import random
+import statistics
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import RunnerResult
@@ -36,7 +37,7 @@ _NO_TIME = 1e9  # a task with no successful trial yet
 def best_seconds(results: list[RunnerResult]) -> float:
     """The fastest median run time of a batch (``_NO_TIME`` if nothing ran)."""
     times = [
-        sorted(float(s) for s in r.run_secs)[len(r.run_secs) // 2]
+        statistics.median_high(float(s) for s in r.run_secs)
         for r in results
         if r.error_msg is None and r.run_secs
     ]
