@@ -23,6 +23,7 @@ from tvm.target import Target
 
 from .base import ScheduleSpace
 from .isa import vector_lanes
+from .winograd_nchwc import is_winograd_nchwc
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,9 @@ def _parallel_vectorize_unroll(config: SpaceConfig, lanes: int) -> ScheduleRule:
 
 class GenericSpace(ScheduleSpace):
     """Every task: conv, Gemm, pooling, elementwise. Searched alone or in the union with the
-    spaces that also apply to a task."""
+    spaces that also apply to a task. Not the Winograd kernels: their transforms are select
+    chains that fold only under our schedule's unrolling, and auto-inlining the data pack into
+    the GEMM would recompute it per output channel."""
 
     name: ClassVar[str] = "generic"
 
@@ -87,7 +90,7 @@ class GenericSpace(ScheduleSpace):
         self.config = config or SpaceConfig()
 
     def applies_to(self, mod: IRModule) -> bool:
-        return True
+        return not is_winograd_nchwc(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return generic_space(target, self.config)

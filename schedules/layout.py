@@ -48,7 +48,7 @@ from tvm.relax import BlockBuilder, Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
-from . import stem_conv
+from . import stem_conv, winograd
 from .conv_call import attr_dtype, conv2d_call, lower_conv2d
 from .depthwise_conv import (
     blocked_depthwise_conv2d,
@@ -57,6 +57,7 @@ from .depthwise_conv import (
     legalize_depthwise_conv2d,
 )
 from .isa import vector_lanes
+from .winograd_nchwc import conv2d_winograd_nchwc, pack_weight
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
@@ -105,6 +106,8 @@ _BINARY = frozenset(
 #: Pre-legalized scalar bounds the ONNX frontend emits for Clip, by PrimFunc name.
 _SCALAR_TIR = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 _POOL2D = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
+#: TVM's ``OpPatternKind::kOutEWiseFusable``: fuses elementwise consumers, as a conv does.
+OUT_ELEMWISE_FUSABLE = 4
 
 
 @dataclass
@@ -117,10 +120,20 @@ class ConvLayout:
     out_channels: int
     groups: int
     reason: str = ""
+    #: A dense blocked 3×3 stride-1 conv that may run as Winograd (schedules/winograd_nchwc.py).
+    winograd_eligible: bool = False
+    #: Its Winograd output tile m of F(m×m, 3×3), or 0 where it runs the direct convolution.
+    winograd_tile: int = 0
 
     @property
     def blocked(self) -> bool:
         return self.layout != "NCHW"
+
+    @property
+    def algorithm(self) -> str:
+        """What the conv computes, as the manifest and the dashboard show it."""
+        tile = self.winograd_tile
+        return f"winograd F({tile}x{tile},3x3)" if tile else "direct"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +143,8 @@ class ConvLayout:
             "out_channels": self.out_channels,
             "groups": self.groups,
             "reason": self.reason,
+            "algorithm": self.algorithm,
+            "winograd_eligible": self.winograd_eligible,
         }
 
 
@@ -145,6 +160,9 @@ class LayoutPlan:
     fallback: str = ""
     #: Convs the caller forced to NCHW after a failure, with the failure text.
     forced_nchw: dict[int, str] = field(default_factory=dict)
+    #: Convs (graph order) the caller asks to run as Winograd, with their output tile; only
+    #: eligible ones do (``ConvLayout.winograd_eligible``).
+    winograd_tiles: dict[int, int] = field(default_factory=dict)
     #: The conv (graph order) whose rewrite raised, and what it raised.
     failure: tuple[int, BaseException] | None = field(default=None, repr=False)
 
@@ -417,6 +435,14 @@ class _BlockingMutator(PyExprMutator):
         kind, reason = self._conv_kind(call, x_shape, w_shape, groups)
         if kind is not None and index in self.forced_nchw:
             kind, reason = None, f"kept NCHW after a failure: {self.plan.forced_nchw[index]}"
+        if kind == "dense" and w_shape is not None:
+            attrs = call.attrs
+            entry.winograd_eligible = isinstance(call.args[1], GenericConst) and winograd.applies(
+                w_shape[2:], attrs.strides, attrs.dilation, groups
+            )
+            entry.winograd_tile = (
+                self.plan.winograd_tiles.get(index, 0) if entry.winograd_eligible else 0
+            )
         if kind is None:
             entry.reason = reason
             return None
@@ -513,6 +539,23 @@ class _BlockingMutator(PyExprMutator):
             self._emit_blocked(var, expr, out_shape[1])
             return
         a, b = data.block, out_block
+        tile = self.plan.convs[-1].winograd_tile
+        if tile:
+            dtype = str(weight.ty.dtype)
+            expr = self.builder_.call_te(
+                conv2d_winograd_nchwc,
+                data.var,
+                relax.const(pack_weight(weight.value.numpy(), tile, b), dtype),
+                attrs.padding,
+                tile,
+                attr_dtype(attrs.out_dtype) or str(call.ty.dtype),
+                primfunc_name_hint=f"winograd{tile}_nchwc",
+                # Fusable with its elementwise epilogue, like a conv: TVM's analysis of a
+                # multi-block function would call it opaque.
+                primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
+            )
+            self._emit_blocked(var, expr, out_shape[1])
+            return
         if isinstance(weight, GenericConst):
             packed: Expr = relax.const(
                 block_weight(weight.value.numpy(), a, b), str(weight.ty.dtype)
@@ -746,13 +789,19 @@ def plan_blocked_layout(
     mod: IRModule,
     target: Target,
     forced_nchw: dict[int, str] | None = None,
+    winograd_tiles: dict[int, int] | None = None,
 ) -> tuple[IRModule, LayoutPlan]:
     """``mod`` with its blockable convolutions in ``NCHW{x}c``, not yet legalized, and the plan.
 
-    ``forced_nchw`` keeps the listed convs (graph order) NCHW with the given reason. Raises
+    ``forced_nchw`` keeps the listed convs (graph order) NCHW with the given reason;
+    ``winograd_tiles`` runs the listed eligible ones as Winograd with the given tile. Raises
     ``ConvBlockingError`` naming the conv whose rewrite failed; callers retry without it.
     """
-    plan = LayoutPlan(lanes=vector_lanes(target), forced_nchw=dict(forced_nchw or {}))
+    plan = LayoutPlan(
+        lanes=vector_lanes(target),
+        forced_nchw=dict(forced_nchw or {}),
+        winograd_tiles=dict(winograd_tiles or {}),
+    )
     rewriter = _BlockingMutator(mod, plan, frozenset(plan.forced_nchw))
     try:
         for gv, func in mod.functions.items():
@@ -791,10 +840,13 @@ def legalize(mod: IRModule, target: Target) -> IRModule:
 
 
 def blocked_layout(
-    mod: IRModule, target: Target, forced_nchw: dict[int, str] | None = None
+    mod: IRModule,
+    target: Target,
+    forced_nchw: dict[int, str] | None = None,
+    winograd_tiles: dict[int, int] | None = None,
 ) -> tuple[IRModule, LayoutPlan]:
     """The model with its convolutions in ``NCHW{x}c`` (x = the target's fp32 lanes), legalized."""
-    out, plan = plan_blocked_layout(mod, target, forced_nchw)
+    out, plan = plan_blocked_layout(mod, target, forced_nchw, winograd_tiles)
     return legalize(out, target), plan
 
 

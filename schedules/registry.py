@@ -19,6 +19,7 @@ from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
 from .nchwc_conv2d import RegisterBlock2DConvSpace
 from .stem_conv import StemConvSpace
+from .winograd_nchwc import WinogradConvSpace
 
 SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
@@ -27,6 +28,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     DepthwiseConvSpace(),
     StemConvSpace(),
     BlockedPoolSpace(),
+    WinogradConvSpace(),
 )
 
 

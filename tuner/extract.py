@@ -26,7 +26,8 @@ from tvm.target import Target
 from tvm_ffi import structural_hash
 
 from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_layout
-from convtune.schedules.winograd import is_winograd
+from convtune.schedules.winograd import TILE_SIZES
+from convtune.schedules.winograd_nchwc import is_winograd_nchwc, winograd_tile
 
 from .errors import UnsupportedOpError
 from .flops import node_flops, node_key, static_shapes
@@ -67,6 +68,8 @@ class ModelTask:
     op: str = ""
     description: dict[str, Any] = field(default_factory=dict)
     onnx_nodes: list[str] = field(default_factory=list)
+    #: The model's conv2d ops (graph order, as ``LayoutPlan.convs``) this task computes.
+    convs: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -79,7 +82,12 @@ class ModelTask:
     @property
     def algorithm(self) -> Algorithm:
         """How the task's convolution computes (direct unless it is a Winograd kernel)."""
-        return Algorithm.WINOGRAD if is_winograd(self.mod) else Algorithm.DIRECT
+        return Algorithm.WINOGRAD if is_winograd_nchwc(self.mod) else Algorithm.DIRECT
+
+    @property
+    def winograd_tile(self) -> int:
+        """The output tile m of a Winograd F(m×m, 3×3) task; 0 for any other task."""
+        return winograd_tile(self.mod) if self.algorithm is Algorithm.WINOGRAD else 0
 
     @property
     def occurrences(self) -> int:
@@ -114,6 +122,7 @@ class ModelTask:
             "occurrences": self.occurrences,
             "flops": self.flops,
             "algorithm": self.algorithm.value if self.kind == "conv" else None,
+            "winograd_tile": self.winograd_tile or None,
         }
 
 
@@ -299,10 +308,14 @@ _MAX_CONV_RETRIES = 8
 
 
 def model_for_target(
-    ingested: IngestedModel, target: Target, layout: Layout = DEFAULT_LAYOUT
+    ingested: IngestedModel,
+    target: Target,
+    layout: Layout = DEFAULT_LAYOUT,
+    winograd_tiles: dict[int, int] | None = None,
 ) -> RelaxModel:
     """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
-    convolutions in the blocked layout (schedules/layout.py).
+    convolutions in the blocked layout (schedules/layout.py), those of ``winograd_tiles`` (conv
+    index → tile) as Winograd where they can be.
 
     The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
     other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
@@ -315,7 +328,7 @@ def model_for_target(
     fallbacks: list[str] = []
     while True:
         try:
-            mod, plan = blocked_layout(relax_model.mod, target, forced)
+            mod, plan = blocked_layout(relax_model.mod, target, forced, winograd_tiles)
             return RelaxModel(mod=mod, plan=plan, fallbacks=tuple(fallbacks))
         except ConvBlockingError as exc:
             if exc.index in forced or len(forced) >= _MAX_CONV_RETRIES:
@@ -340,9 +353,17 @@ def nchw_fallback(relax_model: RelaxModel, fallbacks: list[str], why: str) -> Re
 
 
 def extract_tasks(
-    ingested: IngestedModel, target: Target, layout: Layout = DEFAULT_LAYOUT
+    ingested: IngestedModel,
+    target: Target,
+    layout: Layout = DEFAULT_LAYOUT,
+    algorithms: Sequence[Algorithm] = tuple(Algorithm),
 ) -> tuple[RelaxModel, list[ModelTask]]:
-    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover."""
+    """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover.
+
+    With ``Algorithm.WINOGRAD`` in ``algorithms``, the Winograd kernels of every eligible conv
+    (one task per tile size) follow the model's own tasks: alternatives the search measures and
+    the build picks from (``tuner/algorithms.py``); the returned model computes every conv direct.
+    """
     relax_model = model_for_target(ingested, target, layout)
     try:
         fused = fuse(relax_model)
@@ -371,7 +392,60 @@ def extract_tasks(
         )
         tasks.append(task)
     _link_onnx_nodes(ingested.model, fused, tasks, relax_model.plan)
+    if Algorithm.WINOGRAD in algorithms and relax_model.plan and not relax_model.plan.fallback:
+        eligible = [c.index for c in relax_model.plan.convs if c.winograd_eligible]
+        for tile in TILE_SIZES if eligible else ():
+            try:
+                tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile)
+            except Exception as exc:  # the direct kernels stand; say why there is no choice
+                relax_model = RelaxModel(
+                    relax_model.mod,
+                    relax_model.plan,
+                    (
+                        *relax_model.fallbacks,
+                        f"Winograd F({tile}x{tile},3x3) not offered: {_first_line(exc)}",
+                    ),
+                )
     return relax_model, tasks
+
+
+def _winograd_tasks(
+    ingested: IngestedModel,
+    target: Target,
+    layout: Layout,
+    tasks: list[ModelTask],
+    eligible: list[int],
+    tile: int,
+) -> list[ModelTask]:
+    """The Winograd F(tile×tile) tasks of the ``eligible`` convs, described like their direct
+    tasks: the model is planned with every eligible conv Winograd and its new tasks kept."""
+    variant = model_for_target(ingested, target, layout, {c: tile for c in eligible})
+    assert variant.plan is not None
+    winograd_convs = [c.index for c in variant.plan.convs if c.winograd_tile]
+    fused = fuse(variant)
+    extracted = ms.relax_integration.extract_tasks(fused, target)
+    known = {task.shash for task in tasks}
+    found: dict[str, ModelTask] = {}
+    for ext in extracted:
+        mod = ext.dispatched[0]
+        shash = str(structural_hash(mod))
+        if shash not in known and is_winograd_nchwc(mod):
+            flops = float(estimate_tir_flops(mod))
+            found[shash] = ModelTask(len(tasks) + len(found), ext, shash, flops, kind="conv")
+    # Winograd call sites come in graph order, like the convs the plan made Winograd.
+    by_func = tasks_by_function(fused, list(found.values()))
+    sites = [name for name in _call_sites(fused) if name in by_func]
+    if len(sites) != len(winograd_convs):
+        raise RuntimeError(f"{len(sites)} Winograd kernels for {len(winograd_convs)} convs")
+    for func_name, conv in zip(sites, winograd_convs, strict=True):
+        task = by_func[func_name]
+        direct = next((t for t in tasks if conv in t.convs), None)
+        if direct is None:
+            continue
+        task.op, task.description = direct.op, {**direct.description, "algorithm": "winograd"}
+        task.onnx_nodes += [n for n in direct.onnx_nodes if n not in task.onnx_nodes]
+        task.convs.append(conv)
+    return [task for task in found.values() if task.convs]
 
 
 def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
@@ -436,4 +510,6 @@ def _link_onnx_nodes(
                 name = node_key(node, position)
                 if name not in task.onnx_nodes:
                     task.onnx_nodes.append(name)
+                if node.op_type == "Conv":
+                    task.convs.append(conv_index)
                 break

@@ -6,6 +6,7 @@ This module imports nothing heavy: the CLI's ``--help`` and the API process read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -39,9 +40,29 @@ class Algorithm(StrEnum):
 
     #: The direct convolution (every space in schedules/ except Winograd's).
     DIRECT = "direct"
-    #: Winograd F(m×m, 3×3) for 3×3 stride-1 convs (schedules/winograd.py): fewer multiplies,
-    #: larger rounding error; measured per layer by bench/winograd.py, not chosen by builds yet.
+    #: Winograd F(m×m, 3×3) for blocked 3×3 stride-1 convs (schedules/winograd_nchwc.py): fewer
+    #: multiplies, larger rounding error (schedules/winograd.py); tuned next to the direct
+    #: kernel and built where it is faster (tuner/algorithms.py).
     WINOGRAD = "winograd"
+
+    @classmethod
+    def parse_list(cls, values: str | Sequence[str | Algorithm]) -> tuple[Algorithm, ...]:
+        """``"direct,winograd"`` or a sequence of names as Algorithms; the direct convolution is
+        always among them (every conv can run it). A ``ConvtuneError`` names the choices."""
+        names = values.split(",") if isinstance(values, str) else list(values)
+        parsed = []
+        for name in names:
+            try:
+                parsed.append(cls(str(name).strip()))
+            except ValueError:
+                from .errors import ConvtuneError
+
+                choices = ", ".join(repr(v.value) for v in cls)
+                raise ConvtuneError(f"unknown algorithm {name!r}: use {choices}") from None
+        return tuple(a for a in cls if a is cls.DIRECT or a in parsed)
+
+
+ALL_ALGORITHMS = tuple(Algorithm)
 
 
 # Elementwise and pooling tasks have small spaces that converge in a few trials.
@@ -64,11 +85,14 @@ class TuneOptions:
     seed: int = 0
     retune: bool = False
     layout: Layout = DEFAULT_LAYOUT
+    #: The convolution algorithms the search may choose from, per layer by measurement.
+    algorithms: tuple[Algorithm, ...] = ALL_ALGORITHMS
     #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
     fleet: str | None = None
 
     def __post_init__(self) -> None:
         self.layout = Layout.parse(self.layout)
+        self.algorithms = Algorithm.parse_list(self.algorithms)
 
     @classmethod
     def from_dict(cls, values: dict[str, object]) -> TuneOptions:

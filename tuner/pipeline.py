@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -20,12 +20,13 @@ from tvm.target import Target
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
 from convtune.db.ms_database import SQLDatabase
 
+from .algorithms import choose_winograd, memory_bandwidth
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
-from .extract import ModelTask, RelaxModel, extract_tasks
+from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from .fleet import FleetUnavailable, find_fleet
 from .ingest import IngestedModel
 from .library import build_library, copy_library, file_sha256
-from .options import DEFAULT_LAYOUT, Layout, TuneOptions
+from .options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 from .runtime import Artifact, set_threads
 from .search import EventSink, SearchResult, run_search
 from .target import make_target, target_threads
@@ -60,9 +61,10 @@ def prepare_model(
     target: str | None,
     stored_path: str | None,
     layout: Layout = DEFAULT_LAYOUT,
+    algorithms: Sequence[Algorithm] = ALL_ALGORITHMS,
 ) -> PreparedModel:
     tvm_target = make_target(target)
-    relax_model, tasks = extract_tasks(ingested, tvm_target, layout)
+    relax_model, tasks = extract_tasks(ingested, tvm_target, layout, algorithms)
     database = SQLDatabase(engine, tvm_target)
     workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
     with Session(engine) as session, session.begin():
@@ -130,10 +132,17 @@ def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
     return rows
 
 
-def build_key(prepared: PreparedModel, layout: Layout, layers: list[dict[str, Any]]) -> str:
-    """What the library of ``prepared`` is a function of: code versions, target, layout, and the
-    record chosen for every task. Equal keys build equal libraries."""
+def build_key(
+    prepared: PreparedModel,
+    layout: Layout,
+    layers: list[dict[str, Any]],
+    winograd: dict[int, int] | None = None,
+) -> str:
+    """What the library of ``prepared`` is a function of: code versions, target, layout, the
+    record chosen for every task and the convs built as Winograd. Equal keys build equal
+    libraries."""
     identity = {
+        "winograd": sorted((winograd or {}).items()),
         "convtune": version("convtune"),
         "tvm": tvm.__version__,
         "target": str(prepared.target),
@@ -191,6 +200,7 @@ def tune_model(
         target=options.target or (fleet.target if fleet else None),
         stored_path=stored_path,
         layout=options.layout,
+        algorithms=options.algorithms,
     )
     threads = target_threads(prepared.target, options.threads)
     layout_plan = prepared.relax_model.layout_summary()
@@ -221,7 +231,16 @@ def tune_model(
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
     layers = layer_figures(prepared)
-    key = build_key(prepared, options.layout, layers)
+    winograd = choose_winograd(
+        prepared.tasks,
+        {row["shash"]: row["best_ms"] for row in layers},
+        memory_bandwidth(engine, prepared.target, threads),
+    )
+    relax_model = prepared.relax_model
+    if winograd:
+        relax_model = model_for_target(ingested, prepared.target, options.layout, winograd)
+        layout_plan = relax_model.layout_summary()
+    key = build_key(prepared, options.layout, layers, winograd)
     # Nothing new measured and the same records chosen: the library built before is this one.
     reused = reusable_library(engine, prepared, key) if fleet is None else None
     emit(
@@ -229,13 +248,14 @@ def tune_model(
         {
             "trials_measured": search.trials_measured,
             "reason": search.reason,
+            "winograd_convs": len(winograd),
             "reused_artifact": reused.id if reused is not None else None,
         },
     )
     if reused is not None:
         so_path = copy_library(Path(reused.path), out_dir)
     else:
-        so_path = build_library(prepared.relax_model, prepared.database, prepared.target, out_dir)
+        so_path = build_library(relax_model, prepared.database, prepared.target, out_dir)
     set_threads(threads)
     try:
         verification = verify_artifact(
@@ -269,6 +289,7 @@ def tune_model(
         "target": prepared.target.export(),
         "threads": threads,
         "layout": options.layout.value,
+        "algorithms": [a.value for a in options.algorithms],
         "layout_plan": layout_plan,
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},

@@ -1,0 +1,211 @@
+"""Winograd F(m×m, 3×3) in the blocked layout: ``NCHW{a}c`` in, ``NCHW{b}c`` out, and its space.
+
+Four blocks, each vectorized along a channel block:
+
+- ``winograd_pad``: the input zero-padded to whole tiles;
+- ``winograd_data_pack``: ``V[ε, ν, p, ci] = (Bᵀ d_p B)[ε, ν]`` for every tile ``p`` and input
+  channel; the sums are written out term by term with the transform's nonzero coefficients only
+  (``B`` of F(4×4) is half zeros), and one expression per (ε, ν) is picked by a ``Select`` on
+  loop variables that the schedule unrolls, so the selects fold away at compile time;
+- ``winograd_bgemm``: ``M[ε, ν, co, p] = Σ_ci V[ε, ν, p, ci] · U[ε, ν, co, ci]``, α² small
+  GEMMs with ``co`` blocks as vector lanes and tiles as register rows;
+- ``winograd_inverse``: ``Y = Aᵀ M A`` written straight into the blocked output, cropped, so the
+  model's elementwise epilogue (bias, residual, ReLU) fuses after it like after the direct conv.
+
+``U`` is the weight transformed at build time (:func:`pack_weight`), so no weight transform runs
+at inference. Why a space of our own: TOPI's NCHW Winograd would put two layout transforms around
+every conv of a blocked model, and its compute sums over the transform matrices' zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from tvm import te, tirx, topi
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
+from tvm.target import Target
+
+from . import winograd
+from .base import ScheduleSpace, mark_space
+from .nchwc_conv import block_names, parallel_vectorize, register_block_space
+
+SPACE_NAME = "winograd-nchwc"
+PAD_BLOCK = "winograd_pad"
+PACK_BLOCK = "winograd_data_pack"
+GEMM_BLOCK = "winograd_bgemm"
+INVERSE_BLOCK = "winograd_inverse"
+
+
+def pack_weight(weight: np.ndarray, tile: int, out_block: int) -> np.ndarray:
+    """OIHW 3×3 weights → ``(α, α, CO/b, CI, b)``: ``G·w·Gᵀ`` (float64, rounded once) with the
+    output channels blocked by ``out_block`` for the GEMM's vector lanes."""
+    u = winograd.transform_weight(weight, tile)  # (α, α, CI, CO)
+    alpha, _, ci, co = u.shape
+    blocked = u.reshape(alpha, alpha, ci, co // out_block, out_block).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(blocked)
+
+
+def _terms(matrix: np.ndarray, column: int) -> list[tuple[int, float]]:
+    return [(row, float(c)) for row, c in enumerate(matrix[:, column]) if c != 0.0]
+
+
+def _pick(
+    i: tirx.PrimExpr, j: tirx.PrimExpr, rows: int, cols: int, value: Callable[[int, int], Any]
+) -> Any:
+    """``value(i, j)`` for loop variables ``i < rows``, ``j < cols`` as a select chain; it folds
+    to one expression once both loops are unrolled."""
+    expr = None
+    for a in reversed(range(rows)):
+        inner = None
+        for b in reversed(range(cols)):
+            v = value(a, b)
+            inner = v if inner is None else tirx.Select(j == b, v, inner)
+        expr = inner if expr is None else tirx.Select(i == a, inner, expr)
+    return expr
+
+
+def _weighted_sum(
+    left: list[tuple[int, float]], right: list[tuple[int, float]], read: Callable[[int, int], Any]
+) -> Any:
+    total = None
+    for a, ca in left:
+        for b, cb in right:
+            term = read(a, b) * tirx.const(ca * cb, "float32")
+            total = term if total is None else total + term
+    return total
+
+
+def conv2d_winograd_nchwc(
+    data: te.Tensor, packed: te.Tensor, padding: Any, tile: int, out_dtype: str
+) -> te.Tensor:
+    """TE compute: ``data`` (N, CI/a, H, W, a), ``packed`` from :func:`pack_weight`, output
+    (N, CO/b, OH, OW, b); a 3×3 stride-1 convolution with ``padding`` (top, left, bottom, right)."""
+    top, left, bottom, right = (int(p) for p in padding)
+    batch, ci_chunks, height, width, ci_block = (int(d) for d in data.shape)
+    alpha, _, co_chunks, channels, co_block = (int(d) for d in packed.shape)
+    assert alpha == tile + 2 and channels == ci_chunks * ci_block
+    out_h, out_w = height + top + bottom - 2, width + left + right - 2
+    tiles_h, tiles_w = -(-out_h // tile), -(-out_w // tile)
+    tiles = batch * tiles_h * tiles_w
+    a_mat, b_mat, _ = (m.astype(np.float64) for m in winograd.transform_matrices(tile))
+    padded = topi.nn.pad(
+        data,
+        [0, 0, top, left, 0],
+        [0, 0, tiles_h * tile + 2 - height - top, tiles_w * tile + 2 - width - left, 0],
+        name=PAD_BLOCK,
+    )
+
+    def pack(eps: Any, nu: Any, p: Any, c: Any, ci: Any) -> Any:
+        n, y, x = p // (tiles_h * tiles_w), p // tiles_w % tiles_h, p % tiles_w
+
+        def value(e: int, v: int) -> Any:
+            return _weighted_sum(
+                _terms(b_mat, e),
+                _terms(b_mat, v),
+                lambda a, b: padded[n, c, y * tile + a, x * tile + b, ci],
+            )
+
+        return _pick(eps, nu, alpha, alpha, value)
+
+    packed_data = te.compute((alpha, alpha, tiles, ci_chunks, ci_block), pack, name=PACK_BLOCK)
+    rc = te.reduce_axis((0, channels), name="rc")
+    gemm = te.compute(
+        (alpha, alpha, co_chunks, tiles, co_block),
+        lambda eps, nu, co, p, cb: te.sum(
+            packed_data[eps, nu, p, rc // ci_block, rc % ci_block].astype(out_dtype)
+            * packed[eps, nu, co, rc, cb].astype(out_dtype),
+            axis=rc,
+        ),
+        name=GEMM_BLOCK,
+    )
+
+    def inverse(n: Any, co: Any, h: Any, w: Any, cb: Any) -> Any:
+        p = (n * tiles_h + h // tile) * tiles_w + w // tile
+
+        def value(vh: int, vw: int) -> Any:
+            return _weighted_sum(
+                _terms(a_mat, vh), _terms(a_mat, vw), lambda a, b: gemm[a, b, co, p, cb]
+            )
+
+        return _pick(h % tile, w % tile, tile, tile, value)
+
+    return te.compute((batch, co_chunks, out_h, out_w, co_block), inverse, name=INVERSE_BLOCK)
+
+
+def is_winograd_nchwc(mod: IRModule) -> bool:
+    """Whether the task holds the blocked Winograd blocks above."""
+    return GEMM_BLOCK in block_names(Schedule(mod))
+
+
+def winograd_tile(mod: IRModule) -> int:
+    """The output tile m of the task's F(m×m, 3×3) (its GEMM runs over α = m + 2 squared)."""
+    sch = Schedule(mod)
+    return _tile_of(sch, sch.get_sblock(GEMM_BLOCK))
+
+
+def _tile_of(sch: Schedule, gemm: Any) -> int:
+    return int(sch.get(gemm).reads[0].source.shape[0]) - 2
+
+
+def schedule_winograd(sch: Schedule, max_block: int) -> None:
+    """The blocked Winograd schedule, sampling the GEMM's register block (in place)."""
+    root = sch.get_sblock("root")
+    blocks = sch.get_child_blocks(root)
+    names = [sch.get(b).name_hint for b in blocks]
+    gemm = blocks[names.index(GEMM_BLOCK)]
+    mark_space(sch, gemm, SPACE_NAME)
+    parallel_vectorize(sch, blocks[names.index(PAD_BLOCK)])
+
+    pack = blocks[names.index(PACK_BLOCK)]
+    eps, nu, p, c, ci = sch.get_loops(pack)
+    sch.reorder(p, c, eps, nu, ci)
+    sch.parallel(sch.fuse(p, c))
+    sch.unroll(eps)
+    sch.unroll(nu)
+    sch.vectorize(ci)
+
+    eps, nu, co, p, cb, rc = sch.get_loops(gemm)
+    rows = sch.sample_perfect_tile(p, n=2, max_innermost_factor=max_block)
+    p_outer, p_inner = sch.split(p, rows)
+    sch.reorder(eps, nu, co, p_outer, rc, p_inner, cb)
+    sch.parallel(sch.fuse(eps, nu, co))
+    sch.unroll(p_inner)
+    sch.vectorize(cb)
+    sch.decompose_reduction(gemm, rc)
+
+    # The inverse transform and the fused epilogue: one pass over the output, whole tiles unrolled.
+    epilogue = blocks[names.index(INVERSE_BLOCK) :]
+    for block in reversed(epilogue[1:]):
+        sch.reverse_compute_inline(block)
+    inverse = sch.get_sblock(INVERSE_BLOCK)
+    n, co, h, w, cb = sch.get_loops(inverse)
+    tile = _tile_of(sch, gemm)
+    h_outer, h_inner = sch.split(h, [None, tile])
+    w_outer, w_inner = sch.split(w, [None, tile])
+    sch.reorder(n, co, h_outer, w_outer, h_inner, w_inner, cb)
+    sch.parallel(sch.fuse(n, co, h_outer))
+    sch.unroll(h_inner)
+    sch.unroll(w_inner)
+    sch.vectorize(cb)
+
+
+def _design(sch: Schedule, max_block: int) -> list[Schedule]:
+    schedule_winograd(sch, max_block)
+    return [sch]
+
+
+class WinogradConvSpace(ScheduleSpace):
+    """Blocked Winograd convolutions: the schedule above, its GEMM register block searched."""
+
+    name: ClassVar[str] = SPACE_NAME
+    seed_trials: ClassVar[int] = 8
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return is_winograd_nchwc(mod)
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return register_block_space(_design, target)
