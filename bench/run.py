@@ -37,6 +37,7 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import data_dir, make_engine
 from convtune.schedules.isa import vector_lanes
+from convtune.tuner.algorithms import manifest_winograd, time_with_alternatives
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
@@ -141,14 +142,18 @@ def tuning_curve(
     """
     with Session(engine) as session:
         tasks = session.execute(
-            select(ModelWorkloadRow.workload_id, ModelWorkloadRow.occurrences).where(
-                ModelWorkloadRow.model_id == model_id
-            )
+            select(
+                ModelWorkloadRow.workload_id,
+                ModelWorkloadRow.occurrences,
+                ModelWorkloadRow.description,
+            ).where(ModelWorkloadRow.model_id == model_id)
         ).all()
         occurrences: dict[int, int] = {}
-        for wid, occ in tasks:
+        convs: dict[int, list[int]] = {}
+        for wid, occ, description in tasks:
             if wid is not None:
                 occurrences[wid] = occurrences.get(wid, 0) + occ
+                convs[wid] = list((description or {}).get("convs") or [])
         rows = session.execute(
             select(
                 TuningRecordRow.workload_id, TuningRecordRow.mean_sec, TuningRecordRow.created_at
@@ -168,7 +173,11 @@ def tuning_curve(
             best[wid] = min(best.get(wid, sec), sec)
 
     def estimate() -> tuple[float, int]:
-        total = sum(occ * best.get(wid, slowest.get(wid, 0.0)) for wid, occ in occurrences.items())
+        # A direct conv and its Winograd alternatives count once: the fastest, as built.
+        total = time_with_alternatives(
+            (convs[wid], occ * t if (t := best.get(wid, slowest.get(wid))) is not None else None)
+            for wid, occ in occurrences.items()
+        )
         return total * 1e3, sum(1 for wid in occurrences if wid in best)
 
     span = max((end - start).total_seconds(), 1e-9)
@@ -394,6 +403,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         threads=threads,
         peak_gflops=peak_gflops,
         layout=tuned.manifest["layout"],
+        winograd=manifest_winograd(tuned.manifest),
     )
     bench_doc = bench.as_dict()
     if isolated is not None:

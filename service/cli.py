@@ -24,7 +24,7 @@ from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
 from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
+from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 
 app = typer.Typer(
     name="convtune",
@@ -63,6 +63,7 @@ def workloads(
     """List the model's tunable workloads: each Conv/Gemm/MatMul and the other fused tasks."""
     with user_errors():
         from convtune.tuner.extract import extract_tasks
+        from convtune.tuner.tables import layout_label
         from convtune.tuner.target import make_target
 
         ingested = load_ingested(model, input_shape)
@@ -82,7 +83,7 @@ def workloads(
             row["kind"],
             row["op"] or "-",
             row["shape"],
-            row["description"].get("layout", "-"),
+            layout_label(row["description"], missing="-"),
             _nodes_text(row["onnx_nodes"]),
             str(row["occurrences"]),
             f"{row['flops'] / 1e6:.1f}",
@@ -183,6 +184,13 @@ def tune(
     layout: Annotated[
         Layout, typer.Option(help="nchwc: convolutions in the blocked NCHW[x]c layout.")
     ] = DEFAULT_LAYOUT,
+    algorithms: Annotated[
+        str,
+        typer.Option(
+            help="Convolution algorithms to choose from per layer by measurement, comma-separated: "
+            "direct,winograd. 'direct' refuses Winograd (its rounding differs)."
+        ),
+    ] = ",".join(ALL_ALGORITHMS),
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
     fleet: Annotated[
@@ -205,6 +213,7 @@ def tune(
             seed=seed,
             retune=retune,
             layout=layout,
+            algorithms=Algorithm.parse_list(algorithms),
             fleet=fleet,
         )
         progress = Progress(budget_minutes)

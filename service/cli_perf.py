@@ -167,6 +167,7 @@ def measure_artifact(
     target: Target,
     threads: int,
     layout: Layout,
+    winograd: dict[int, int] | None = None,
     rounds: int = 10,
     runs: int = 5,
 ) -> dict[str, Any]:
@@ -201,6 +202,7 @@ def measure_artifact(
         peak_gflops=peak_gflops,
         runs=runs,
         layout=layout,
+        winograd=winograd,
     )
     doc["artifact_id"] = artifact_id
     store_artifact_results(engine, artifact_id, bench=doc, profile=rows)
@@ -350,6 +352,7 @@ def profile(
     db: DbOption = None,
 ) -> None:
     """Per-layer time of the compiled model (untuned without --artifact) next to onnxruntime's."""
+    from convtune.tuner.algorithms import manifest_winograd
     from convtune.tuner.bench import untuned_library
     from convtune.tuner.profile import profile_model
     from convtune.tuner.runtime import load_manifest
@@ -359,6 +362,7 @@ def profile(
         engine = open_database(db)
         peak_gflops, _ = _peak(engine, target, n_threads)
         so_path = artifact or untuned_library(ingested, target, _data_dir())
+        manifest = load_manifest(artifact) if artifact else {}
         rows = profile_model(
             ingested,
             so_path,
@@ -366,9 +370,10 @@ def profile(
             threads=n_threads,
             peak_gflops=peak_gflops,
             runs=runs,
-            layout=Layout.parse(load_manifest(artifact).get("layout", Layout.NCHW))
+            layout=Layout.parse(manifest.get("layout", Layout.NCHW))
             if artifact
             else DEFAULT_LAYOUT,
+            winograd=manifest_winograd(manifest),
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:

@@ -340,6 +340,7 @@ class Worker:
         threads, before the job is marked done (the page following its events then shows them).
         A failure here is logged and recorded; the verified artifact stands."""
         from convtune.service.cli_perf import measure_artifact
+        from convtune.tuner.algorithms import manifest_winograd
         from convtune.tuner.target import make_target
 
         threads = int(result.manifest["threads"])
@@ -353,6 +354,7 @@ class Worker:
                 target=make_target(options.target),
                 threads=threads,
                 layout=options.layout,
+                winograd=manifest_winograd(result.manifest),
             )
         except Exception as exc:
             log.warning(

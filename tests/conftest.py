@@ -70,6 +70,16 @@ def postgres_schema_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture
+def sqlite_engine(tmp_path) -> Iterator[Engine]:
+    """For the long tuning runs: the SQL backends are compared by the cheaper tests."""
+    url = f"sqlite:///{tmp_path / 'convtune.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """An empty database URL; the test runs once on SQLite and once on PostgreSQL."""

@@ -14,7 +14,7 @@ the time to read its weights at the machine's memory bandwidth.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -77,3 +77,25 @@ def memory_bandwidth(engine: Engine, target: Target, threads: int) -> float:
     if stored is not None and stored.bandwidth_gbs:
         return float(stored.bandwidth_gbs)
     return measure_bandwidth(threads, repeats=2)
+
+
+def time_with_alternatives(layers: Iterable[tuple[Sequence[int], float | None]]) -> float:
+    """The model's time from per-task times (``None``: unknown): a sum in which tasks computing
+    the same convs (``convs``, a direct kernel and its Winograd alternatives) count once, with
+    the fastest known of them, as the build would choose."""
+    total = 0.0
+    fastest: dict[tuple[int, ...], float] = {}
+    for convs, seconds in layers:
+        if not convs:
+            total += seconds or 0.0
+        elif seconds is not None:
+            key = tuple(sorted(convs))
+            fastest[key] = min(fastest.get(key, seconds), seconds)
+    return total + sum(fastest.values())
+
+
+def manifest_winograd(manifest: Mapping[str, object]) -> dict[int, int]:
+    """The convs an artifact's build made Winograd (conv index → tile), from its manifest."""
+    chosen = manifest.get("winograd") or {}
+    assert isinstance(chosen, dict)
+    return {int(conv): int(tile) for conv, tile in chosen.items()}

@@ -442,7 +442,8 @@ def _winograd_tasks(
         direct = next((t for t in tasks if conv in t.convs), None)
         if direct is None:
             continue
-        task.op, task.description = direct.op, {**direct.description, "algorithm": "winograd"}
+        task.op = direct.op
+        task.description = {**direct.description, "algorithm": "winograd", "winograd_tile": tile}
         task.onnx_nodes += [n for n in direct.onnx_nodes if n not in task.onnx_nodes]
         task.convs.append(conv)
     return [task for task in found.values() if task.convs]

@@ -91,7 +91,13 @@ def prepare_model(
                     workload_id=workload_id,
                     kind=task.kind,
                     op=task.op or "fused",
-                    description={**task.description, "task": task.name, "shape": task.shape_text},
+                    description={
+                        **task.description,
+                        "task": task.name,
+                        "shape": task.shape_text,
+                        # Tasks of the same convs are alternatives (tuner/algorithms.py).
+                        "convs": list(task.convs),
+                    },
                     onnx_nodes=list(task.onnx_nodes),
                     occurrences=task.occurrences,
                     flops=task.flops,
@@ -290,6 +296,9 @@ def tune_model(
         "threads": threads,
         "layout": options.layout.value,
         "algorithms": [a.value for a in options.algorithms],
+        # Conv index (graph order) → Winograd tile, for everything that rebuilds the model's
+        # functions (the profile); the per-conv detail is in layout_plan.
+        "winograd": {str(conv): tile for conv, tile in sorted(winograd.items())},
         "layout_plan": layout_plan,
         "tvm_version": tvm.__version__,
         "host": {"machine": platform.machine(), "cpu": str(prepared.target.attrs.get("mcpu", ""))},

@@ -391,6 +391,7 @@ def profile_model(
     peak_gflops: float,
     runs: int = 5,
     layout: Layout = DEFAULT_LAYOUT,
+    winograd: dict[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 
@@ -402,15 +403,19 @@ def profile_model(
     one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
     ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
-    extraction names the functions the same way the build did. Each Conv/Gemm/MatMul ONNX node
-    is in exactly one row's ``onnx_nodes``.
+    extraction names the functions the same way the build did, and ``winograd`` must be the
+    convs the build made Winograd (the manifest's ``winograd``). Each Conv/Gemm/MatMul ONNX node
+    is in exactly one row's ``onnx_nodes``; the alternatives the build did not pick have no row.
     """
-    from .extract import extract_tasks, fuse, tasks_by_function
+    from .extract import extract_tasks, fuse, model_for_target, tasks_by_function
     from .verify import random_feeds
 
     feeds = random_feeds(ingested.inputs, seed=0)
     relax_model, tasks = extract_tasks(ingested, target, layout)
+    if winograd:
+        relax_model = model_for_target(ingested, target, layout, winograd)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
+    built = set(task_of.values())
     tvm_ms = tvm_layer_times(so_path, feeds, threads, runs=runs)
     ort_ms = ort_node_times(ingested.model.SerializeToString(), feeds, threads, runs)
 
@@ -445,8 +450,8 @@ def profile_model(
 
     for task in tasks:
         anchor = task.kind != "other"
-        if not anchor and task.name not in per_row:
-            continue  # became a VM builtin (a reshape view): nothing runs
+        if task.name not in built and task.name not in per_row:
+            continue  # an alternative not built, or a VM builtin (a reshape view): nothing runs
         add(
             task.name,
             task.op if anchor else _op_label(task.name),

@@ -104,3 +104,10 @@ def rich_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], title:
     for row in rows:
         table.add_row(*(c.cell(row) for c in columns))
     return table
+
+
+def layout_label(description: dict[str, Any], missing: str = "") -> str:
+    """A conv layer's layout as the tables show it, naming Winograd where a task is one."""
+    layout = str(description.get("layout", missing))
+    tile = description.get("winograd_tile")
+    return f"{layout} · Winograd F({tile}×{tile},3×3)" if tile else layout

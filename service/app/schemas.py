@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from convtune.db.models import JobStatus
-from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
+from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 
 _DEFAULTS = TuneOptions()
 MAX_SEED = 2**32 - 1
@@ -87,6 +87,19 @@ class JobCreate(BaseModel):
     layout: Layout = Field(
         default=DEFAULT_LAYOUT, description="nchwc: convolutions in the blocked NCHW[x]c layout"
     )
+    algorithms: list[Algorithm] = Field(
+        default=list(_DEFAULTS.algorithms),
+        max_length=len(Algorithm),
+        description="convolution algorithms to choose from per layer by measurement; "
+        "['direct'] refuses Winograd (its rounding differs)",
+    )
+
+    @field_validator("algorithms")
+    @classmethod
+    def _direct_always(cls, value: list[Algorithm]) -> list[Algorithm]:
+        """Stored as the engine reads it: the direct convolution is always a choice."""
+        return list(Algorithm.parse_list(value))
+
     fleet: str | None = Field(
         default=None, max_length=64, description="measure on this fleet's RPC devices (its name)"
     )

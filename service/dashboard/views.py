@@ -24,7 +24,8 @@ from convtune.db.models import (
     WorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
-from convtune.tuner.options import Layout, TuneOptions
+from convtune.tuner.options import Algorithm, Layout, TuneOptions
+from convtune.tuner.tables import layout_label
 
 from ..app.core.errors import not_found
 from ..app.crud import LayerBudgets
@@ -91,6 +92,9 @@ def tune_form() -> dict[str, Any]:
         "threads": defaults.threads,
         "layout": defaults.layout.value,
         "layouts": [layout.value for layout in Layout],
+        "algorithms": [a.value for a in defaults.algorithms],
+        # Direct is always on (every conv can run it); Winograd may be refused.
+        "algorithm_choices": [a.value for a in Algorithm],
     }
 
 
@@ -298,8 +302,9 @@ def _layer_row(
         "op": mw.op if mw.kind != "other" and mw.op else _fused_label(task),
         "kind": mw.kind,
         "shape": str(mw.description.get("shape", "")),
-        # Convs only: "NCHW16c" when blocked (schedules/layout.py), else "NCHW" and why.
-        "layout": str(mw.description.get("layout", "")),
+        # Convs only: "NCHW16c" when blocked (schedules/layout.py), else "NCHW" and why; a
+        # Winograd alternative of a conv says so (tuner/algorithms.py picks one per conv).
+        "layout": layout_label(mw.description),
         "layout_reason": str(mw.description.get("layout_reason", "")),
         "flops": mw.flops,
         "occurrences": mw.occurrences,

@@ -23,6 +23,7 @@ from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
 from convtune.schedules.nchwc_conv2d import RegisterBlock2DConvSpace
 from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
 from convtune.schedules.stem_conv import StemConvSpace
+from convtune.schedules.winograd_nchwc import WinogradConvSpace
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import Layout
@@ -53,18 +54,25 @@ def test_names_are_unique_and_looked_up_by_name_or_instance() -> None:
 def test_applicable_spaces_follow_the_task(blocked_model_tasks) -> None:
     kinds = {}
     for task in blocked_model_tasks:
-        kinds[task.kind] = [space.name for space in applicable(task.mod)]
+        kind = f"{task.kind}-winograd" if task.winograd_tile else task.kind
+        kinds[kind] = [space.name for space in applicable(task.mod)]
+    assert kinds["conv-winograd"] == [WinogradConvSpace.name]
     assert kinds["conv"] == [
         GenericSpace.name,
         RegisterBlockedConvSpace.name,
         RegisterBlock2DConvSpace.name,
     ]
-    others = [names for kind, names in kinds.items() if kind != "conv"]
+    others = [names for kind, names in kinds.items() if not kind.startswith("conv")]
     assert all(names == [GenericSpace.name] for names in others)
 
 
-def test_space_of_reads_the_mark_off_real_traces(blocked_model_tasks) -> None:
-    conv = next(task for task in blocked_model_tasks if task.kind == "conv")
+@pytest.mark.parametrize("winograd", [False, True])
+def test_space_of_reads_the_mark_off_real_traces(blocked_model_tasks, winograd) -> None:
+    conv = next(
+        task
+        for task in blocked_model_tasks
+        if task.kind == "conv" and bool(task.winograd_tile) == winograd
+    )
     target = make_target(None)
     for space in applicable(conv.mod):
         generator = space.generator(target)

@@ -1,28 +1,34 @@
-"""Winograd F(2×2,3×3) and F(4×4,3×3) with build-time weight transforms equal the direct
-convolution within the documented tolerance (schedules/winograd.py): odd spatial sizes (partial
-output tiles), padding, batch > 1, and the MetaSchedule CPU rules' schedules too."""
+"""Winograd F(2×2,3×3) and F(4×4,3×3) in the blocked layout (schedules/winograd_nchwc.py) equal
+the direct convolution within the documented tolerance (schedules/winograd.py): odd spatial sizes
+(partial output tiles), no or asymmetric padding, batch > 1, different input and output blocks;
+unscheduled, and under every register block the space can sample."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tvm
-from tvm import s_tir, te
+from tvm import s_tir, te, topi
 
-from convtune.schedules import winograd
+from convtune.schedules import winograd, winograd_nchwc
 from convtune.schedules.generic import GenericSpace
+from convtune.schedules.registry import applicable
 from convtune.tuner.target import make_target
 from tests.schedules.kernels import run
 
 SHAPES = {
-    "odd-7x7": dict(batch=1, channels=(16, 8), size=(7, 7), pads=(1, 1, 1, 1)),
-    "odd-9x11-no-pad": dict(batch=1, channels=(8, 16), size=(9, 11), pads=(0, 0, 0, 0)),
-    "batch2-asym-pads": dict(batch=2, channels=(8, 8), size=(10, 6), pads=(0, 1, 2, 1)),
+    "odd-7x7": dict(batch=1, channels=(16, 32), blocks=(16, 16), size=(7, 7), pads=(1, 1, 1, 1)),
+    "odd-9x11-no-pad": dict(
+        batch=1, channels=(16, 16), blocks=(8, 16), size=(9, 11), pads=(0, 0, 0, 0)
+    ),
+    "batch2-asym-pads": dict(
+        batch=2, channels=(8, 16), blocks=(8, 8), size=(10, 6), pads=(0, 1, 2, 1)
+    ),
 }
 
 
 def direct_conv(x: np.ndarray, w: np.ndarray, pads: tuple[int, ...]) -> np.ndarray:
-    """float64 reference: the direct 3×3 stride-1 convolution."""
+    """float64 reference: the direct 3×3 stride-1 convolution, NCHW."""
     top, left, bottom, right = pads
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
     oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
@@ -33,46 +39,85 @@ def direct_conv(x: np.ndarray, w: np.ndarray, pads: tuple[int, ...]) -> np.ndarr
     return out
 
 
-def _winograd_mod(shape: dict, tile: int) -> tvm.IRModule:
-    (ci, co), (h, w) = shape["channels"], shape["size"]
-    data = te.placeholder((shape["batch"], ci, h, w), name="data")
-    packed = te.placeholder((tile + 2, tile + 2, ci, co), name="packed")
-    out = winograd.conv2d_winograd(data, packed, shape["pads"], tile, "float32")
-    return tvm.IRModule({"main": te.create_prim_func([data, packed, out])})
+def blocked(x: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def case(name: str, tile: int) -> tuple[tvm.IRModule, list[np.ndarray], np.ndarray]:
+    """The kernel with a ReLU epilogue (as a fused task has one), its arguments and the
+    float64 reference, blocked."""
+    shape = SHAPES[name]
+    (ci, co), (a, b), (h, w) = shape["channels"], shape["blocks"], shape["size"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((shape["batch"], ci, h, w)).astype("float32")
+    weight = (rng.standard_normal((co, ci, 3, 3)) * np.sqrt(2 / (9 * ci))).astype("float32")
+    reference = blocked(np.maximum(direct_conv(x, weight, shape["pads"]), 0), b)
+    packed = winograd_nchwc.pack_weight(weight, tile, b)
+    data = te.placeholder(blocked(x, a).shape, name="data")
+    u = te.placeholder(packed.shape, name="packed")
+    out = topi.nn.relu(
+        winograd_nchwc.conv2d_winograd_nchwc(data, u, shape["pads"], tile, "float32")
+    )
+    mod = tvm.IRModule({"main": te.create_prim_func([data, u, out])})
+    return mod, [blocked(x, a), packed, np.zeros(reference.shape, "float32")], reference
+
+
+def assert_within_tolerance(got: np.ndarray, reference: np.ndarray, tile: int) -> None:
+    error = np.abs(got - reference).max()
+    assert error <= winograd.atol(tile) * np.abs(reference).max(), error
 
 
 @pytest.mark.parametrize("tile", winograd.TILE_SIZES)
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_winograd_equals_direct_within_tolerance(name: str, tile: int) -> None:
-    shape = SHAPES[name]
-    (ci, co), (h, w) = shape["channels"], shape["size"]
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((shape["batch"], ci, h, w)).astype("float32")
-    weight = (rng.standard_normal((co, ci, 3, 3)) * np.sqrt(2 / (9 * ci))).astype("float32")
-    reference = direct_conv(x, weight, shape["pads"])
-    mod = _winograd_mod(shape, tile)
-    packed = winograd.transform_weight(weight, tile)
-    out = np.zeros(reference.shape, "float32")
-    got = run(mod, [x, packed, out])
-    assert np.abs(got - reference).max() <= winograd.atol(tile) * np.abs(reference).max()
+def test_unscheduled_winograd_equals_direct(name: str, tile: int) -> None:
+    mod, args, reference = case(name, tile)
+    assert_within_tolerance(run(mod, args), reference, tile)
 
 
-@pytest.mark.slow
-def test_a_generic_space_schedule_equals_direct() -> None:
-    """A generic-space schedule of the task as bench/winograd.py tunes it (compiling its design
-    space takes minutes on a loaded 2-core machine: slow)."""
-    shape, tile = SHAPES["batch2-asym-pads"], 2
-    (ci, co), (h, w) = shape["channels"], shape["size"]
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((shape["batch"], ci, h, w)).astype("float32")
-    weight = rng.standard_normal((co, ci, 3, 3)).astype("float32") / 8
-    reference = direct_conv(x, weight, shape["pads"])
-    mod = winograd.without_custom_rules(_winograd_mod(shape, tile))
+@pytest.mark.parametrize("tile", winograd.TILE_SIZES)
+@pytest.mark.parametrize("name", ["odd-7x7", "batch2-asym-pads"])
+def test_sampled_register_blocks_of_both_widths_equal_direct(name: str, tile: int) -> None:
+    mod, args, reference = case(name, tile)
+    checked = set()
+    for chunks, inline_pad in [(1, False), (2, True)]:
+        for seed in range(1, 9):
+            sch = s_tir.Schedule(mod, seed=seed)
+            winograd_nchwc.schedule_winograd(sch, 28, chunks, inline_pad)
+            rows = str(next(iter(sch.trace.decisions.values())))
+            if (chunks, rows) in checked:
+                continue
+            checked.add((chunks, rows))
+            assert_within_tolerance(run(sch.mod, args), reference, tile)
+    assert {chunks for chunks, _ in checked} == {1, 2}
+
+
+def test_only_the_winograd_space_schedules_winograd_tasks() -> None:
+    mod, _, _ = case("odd-7x7", 4)
+    spaces = applicable(mod)
+    assert [s.name for s in spaces] == [winograd_nchwc.SPACE_NAME]
     target = make_target(None)
-    context = s_tir.meta_schedule.TuneContext(
-        mod=mod, target=target, space_generator=GenericSpace().generator(target), rand_state=1
-    )
-    space = context.generate_design_space()[0]
-    out = np.zeros(reference.shape, "float32")
-    got = run(space.mod, [x, winograd.transform_weight(weight, tile), out])
-    assert np.abs(got - reference).max() <= winograd.atol(tile) * np.abs(reference).max()
+    generator = spaces[0].generator(target)
+    s_tir.meta_schedule.TuneContext(mod=mod, target=target, space_generator=generator)
+    # Two output-channel blocks: one and two blocks wide, each with and without a pad pass.
+    assert len(generator.generate_design_space(mod)) == 4
+    assert winograd_nchwc.winograd_tile(mod) == 4
+    assert not GenericSpace().applies_to(mod)
+
+
+def test_packed_weights_are_the_transform_with_output_channels_blocked() -> None:
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((32, 16, 3, 3)).astype("float32")
+    packed = winograd_nchwc.pack_weight(weight, 4, 16)
+    assert packed.shape == (6, 6, 2, 16, 16)
+    _, _, g = winograd.transform_matrices(4)
+    expected = g @ weight[17, 3].astype(np.float64) @ g.T  # out channel 17 = chunk 1, lane 1
+    np.testing.assert_allclose(packed[:, :, 1, 3, 1], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_eligibility() -> None:
+    assert winograd.applies((3, 3), (1, 1), (1, 1), 1)
+    assert not winograd.applies((3, 3), (2, 2), (1, 1), 1)
+    assert not winograd.applies((3, 3), (1, 1), (2, 2), 1)
+    assert not winograd.applies((1, 1), (1, 1), (1, 1), 1)
+    assert not winograd.applies((3, 3), (1, 1), (1, 1), 32)

@@ -114,6 +114,8 @@ def watched_job(dash: Service, page: Page, model: dict[str, Any]) -> dict[str, A
     page.fill("#tune-form input[name=trials_per_task]", "2")
     page.fill("#tune-form input[name=threads]", "2")
     page.select_option("#tune-form select[name=layout]", "nchwc")
+    assert page.is_checked("#tune-form input[name=algorithms][value=winograd]")
+    page.uncheck("#tune-form input[name=algorithms][value=winograd]")
     screenshot(page, "model.png")
     page.click("#tune-form button[type=submit]")
     page.wait_for_url("**/jobs/*")
@@ -166,6 +168,7 @@ def test_tune_form_goes_through_the_api(watched_job: dict[str, Any]) -> None:
     assert "trials_per_task" in watched_job["refused"]  # JobCreate's validation message
     options = watched_job["queued_options"]
     assert (options["trials_per_task"], options["threads"], options["layout"]) == (2, 2, "nchwc")
+    assert options["algorithms"] == ["direct"]  # Winograd unticked: refused by the job
     assert watched_job["had_cancel"] and watched_job["cancel_after"] == 0
 
 

@@ -9,6 +9,7 @@ from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import (
     DEFAULT_LAYOUT,
     OTHER_TASK_TRIALS,
+    Algorithm,
     Layout,
     TuneOptions,
     task_budget,
@@ -39,6 +40,8 @@ def test_api_defaults_are_the_engine_defaults() -> None:
     assert body.trials_per_task == engine.trials_per_task
     assert body.seed == engine.seed and body.retune == engine.retune
     assert body.layout is DEFAULT_LAYOUT == engine.layout
+    assert tuple(body.algorithms) == engine.algorithms
+    assert JobCreate(algorithms=[]).algorithms == [Algorithm.DIRECT]  # direct is always allowed
     # What the API stores is what the worker reads back.
     assert TuneOptions.from_dict(body.model_dump(mode="json")).layout is DEFAULT_LAYOUT
 

@@ -38,16 +38,6 @@ pytestmark = pytest.mark.slow
 CONVTUNE = str(Path(sys.executable).with_name("convtune"))
 
 
-@pytest.fixture
-def sqlite_engine(tmp_path):
-    """For the long tuning runs: the SQL backends are compared by the cheaper tests."""
-    url = f"sqlite:///{tmp_path / 'convtune.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
-
-
 def _events() -> tuple[list[tuple[str, dict]], object]:
     seen: list[tuple[str, dict]] = []
     return seen, lambda kind, payload: seen.append((kind, payload))

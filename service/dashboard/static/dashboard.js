@@ -148,6 +148,7 @@ const convtune = (() => {
         if (v !== "") body[key] = Number(v);
       }
       body.layout = data.get("layout");
+      body.algorithms = data.getAll("algorithms");
       out.textContent = "queueing…";
       out.className = "";
       const r = await postJson(form.dataset.url, body, data.get("token"));
