@@ -67,7 +67,10 @@ def workloads(
         from convtune.tuner.target import make_target
 
         ingested = load_ingested(model, input_shape)
-        relax_model, tasks = extract_tasks(ingested, make_target(target))
+        # With the Winograd alternatives a job would tune.
+        relax_model, tasks = extract_tasks(
+            ingested, make_target(target), algorithms=TuneOptions().algorithms
+        )
     rows = [task.as_dict() for task in tasks]
     layout = relax_model.layout_summary()
     if as_json:

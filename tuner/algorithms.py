@@ -50,12 +50,13 @@ def choose_winograd(
 ) -> dict[int, int]:
     """Conv index → Winograd tile for every conv whose best Winograd kernel beats its direct one
     (``best_ms`` by task ``shash``; a task never measured is no candidate)."""
+    alternatives = {conv for task in tasks if task.winograd_tile for conv in task.convs}
     candidates: dict[int, list[Candidate]] = {}
     for task in tasks:
         measured = best_ms.get(task.shash)
-        if task.kind != "conv" or measured is None:
+        if measured is None or not alternatives.intersection(task.convs):
             continue
-        for conv in task.convs:
+        for conv in alternatives.intersection(task.convs):
             candidates.setdefault(conv, []).append(
                 Candidate(task.winograd_tile, measured, weight_bytes(task))
             )

@@ -356,7 +356,7 @@ def extract_tasks(
     ingested: IngestedModel,
     target: Target,
     layout: Layout = DEFAULT_LAYOUT,
-    algorithms: Sequence[Algorithm] = tuple(Algorithm),
+    algorithms: Sequence[Algorithm] = (Algorithm.DIRECT,),
 ) -> tuple[RelaxModel, list[ModelTask]]:
     """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover.
 

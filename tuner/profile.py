@@ -408,10 +408,12 @@ def profile_model(
     is in exactly one row's ``onnx_nodes``; the alternatives the build did not pick have no row.
     """
     from .extract import extract_tasks, fuse, model_for_target, tasks_by_function
+    from .options import Algorithm
     from .verify import random_feeds
 
     feeds = random_feeds(ingested.inputs, seed=0)
-    relax_model, tasks = extract_tasks(ingested, target, layout)
+    algorithms = tuple(Algorithm) if winograd else (Algorithm.DIRECT,)
+    relax_model, tasks = extract_tasks(ingested, target, layout, algorithms)
     if winograd:
         relax_model = model_for_target(ingested, target, layout, winograd)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}

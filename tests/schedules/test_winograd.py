@@ -13,6 +13,7 @@ from tvm import s_tir, te, topi
 from convtune.schedules import winograd, winograd_nchwc
 from convtune.schedules.generic import GenericSpace
 from convtune.schedules.registry import applicable
+from convtune.schedules.winograd_nchwc import Sketch
 from convtune.tuner.target import make_target
 from tests.schedules.kernels import run
 
@@ -80,16 +81,17 @@ def test_unscheduled_winograd_equals_direct(name: str, tile: int) -> None:
 def test_sampled_register_blocks_of_both_widths_equal_direct(name: str, tile: int) -> None:
     mod, args, reference = case(name, tile)
     checked = set()
-    for chunks, inline_pad in [(1, False), (2, True)]:
+    # Every choice of a sketch is covered: both widths, both paddings.
+    for sketch in [Sketch(1, False), Sketch(2, True)]:
         for seed in range(1, 9):
             sch = s_tir.Schedule(mod, seed=seed)
-            winograd_nchwc.schedule_winograd(sch, 28, chunks, inline_pad)
+            winograd_nchwc.schedule_winograd(sch, 28, sketch)
             rows = str(next(iter(sch.trace.decisions.values())))
-            if (chunks, rows) in checked:
+            if (sketch, rows) in checked:
                 continue
-            checked.add((chunks, rows))
+            checked.add((sketch, rows))
             assert_within_tolerance(run(sch.mod, args), reference, tile)
-    assert {chunks for chunks, _ in checked} == {1, 2}
+    assert {sketch for sketch, _ in checked} == {Sketch(1, False), Sketch(2, True)}
 
 
 def test_only_the_winograd_space_schedules_winograd_tasks() -> None:

@@ -15,7 +15,6 @@ from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
-from tests.tuner.test_pipeline import sqlite_engine  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,7 @@ def test_light_zoo_model_tunes_and_verifies_blocked(
     name: str,
     by_lanes: dict[int, tuple[int, int]],
     tmp_path,
-    sqlite_engine,  # noqa: F811
+    sqlite_engine,
 ) -> None:
     blocked, transforms = by_lanes[vector_lanes(make_target())]
     ingested = load_model(light_model(light_dir() / f"{name}.onnx").SerializeToString(), name=name)

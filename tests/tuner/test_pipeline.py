@@ -57,18 +57,24 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["verification"]["passed"] is True
     assert manifest["untuned_tasks"] == []
-    conv_layers = [layer for layer in manifest["layers"] if layer["kind"] == "conv"]
+    layers = [layer for layer in manifest["layers"] if layer["kind"] == "conv"]
+    conv_layers = [layer for layer in layers if layer["algorithm"] == "direct"]
     assert sorted(n for layer in conv_layers for n in layer["onnx_nodes"]) == [
         "conv0",
         "conv1",
         "conv2",
     ]
-    # The three convs and the Gemm share 4 × 16 trials by expected gain (at least 4 each, at most
-    # 32); early stops may leave some unspent.
+    # conv0 (16→32, 3×3, stride 1, blocked) also has its F(2×2) and F(4×4) kernels; conv1 has
+    # stride 2 and conv2 is 1×1.
+    winograd = [layer for layer in layers if layer["algorithm"] == "winograd"]
+    assert sorted(layer["winograd_tile"] for layer in winograd) == [2, 4]
+    assert all(layer["onnx_nodes"] == ["conv0"] for layer in winograd)
+    # The three convs, conv0's alternatives and the Gemm share 6 × 16 trials by expected gain
+    # (at least 4 each, at most 32); early stops may leave some unspent.
     assert all(4 <= layer["trials"] <= 32 and layer["best_gflops"] > 0 for layer in conv_layers)
     planned = dict(seen)["search_planned"]
     searched = [row for row in planned["allocation"] if row["kind"] != "other"]
-    assert [row["kind"] for row in searched].count("conv") == 3
+    assert [row["kind"] for row in searched].count("conv") == 5
     assert sum(row["trials"] for row in searched) == 16 * len(searched)
     assert sum(layer["trials"] for layer in conv_layers) <= 16 * len(searched)
     gains = [row["gain_ms"] for row in planned["allocation"]]
