@@ -26,7 +26,7 @@ from convtune.schedules.stem_conv import StemConvSpace
 from convtune.schedules.winograd_nchwc import WinogradConvSpace
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
-from convtune.tuner.options import Layout
+from convtune.tuner.options import Algorithm, Layout
 from convtune.tuner.search import run_search
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
@@ -36,7 +36,7 @@ from tests.schedules.kernels import AVX512, conv_task, tile_limits
 @pytest.fixture(scope="module")
 def blocked_model_tasks():
     ingested = load_model(to_bytes(conv_net(in_channels=16, out_channels=32, size=8)))
-    _, tasks = extract_tasks(ingested, make_target(None), Layout.NCHWC)
+    _, tasks = extract_tasks(ingested, make_target(None), Layout.NCHWC, tuple(Algorithm))
     return tasks
 
 

@@ -77,8 +77,9 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
     assert [row["kind"] for row in searched].count("conv") == 5
     assert sum(row["trials"] for row in searched) == 16 * len(searched)
     assert sum(layer["trials"] for layer in conv_layers) <= 16 * len(searched)
-    gains = [row["gain_ms"] for row in planned["allocation"]]
-    assert gains == sorted(gains, reverse=True)  # searched in order of expected gain
+    # Searched in order of expected gain, Winograd alternatives after every other task.
+    order = [("winograd" in row["task"], -row["gain_ms"]) for row in planned["allocation"]]
+    assert order == sorted(order) and order[-1][0]
     assert [kind for kind, _ in seen][-2:] == ["verified", "done"]
 
     # Side by side in one process, same threads: tuned vs TVM's unscheduled loops.
