@@ -143,8 +143,11 @@ def is_winograd_nchwc(mod: IRModule) -> bool:
 
 
 def winograd_tile(mod: IRModule) -> int:
-    """The output tile m of the task's F(m×m, 3×3) (its GEMM runs over α = m + 2 squared)."""
+    """The output tile m of the task's F(m×m, 3×3) (its GEMM runs over α = m + 2 squared); 0
+    for a task that is no Winograd kernel."""
     sch = Schedule(mod)
+    if GEMM_BLOCK not in block_names(sch):
+        return 0
     return _tile_of(sch, sch.get_sblock(GEMM_BLOCK))
 
 

@@ -54,7 +54,7 @@ def choose_winograd(
     candidates: dict[int, list[Candidate]] = {}
     for task in tasks:
         measured = best_ms.get(task.shash)
-        if measured is None or not alternatives.intersection(task.convs):
+        if measured is None:
             continue
         for conv in alternatives.intersection(task.convs):
             candidates.setdefault(conv, []).append(

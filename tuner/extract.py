@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import onnx
@@ -82,12 +83,13 @@ class ModelTask:
     @property
     def algorithm(self) -> Algorithm:
         """How the task's convolution computes (direct unless it is a Winograd kernel)."""
-        return Algorithm.WINOGRAD if is_winograd_nchwc(self.mod) else Algorithm.DIRECT
+        return Algorithm.WINOGRAD if self.winograd_tile else Algorithm.DIRECT
 
-    @property
+    @cached_property
     def winograd_tile(self) -> int:
-        """The output tile m of a Winograd F(m×m, 3×3) task; 0 for any other task."""
-        return winograd_tile(self.mod) if self.algorithm is Algorithm.WINOGRAD else 0
+        """The output tile m of a Winograd F(m×m, 3×3) task; 0 for any other task. Read off the
+        TIR once: the search sorts by it and the build's choice reads it per candidate."""
+        return winograd_tile(self.mod)
 
     @property
     def occurrences(self) -> int:
@@ -398,14 +400,8 @@ def extract_tasks(
             try:
                 tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile)
             except Exception as exc:  # the direct kernels stand; say why there is no choice
-                relax_model = RelaxModel(
-                    relax_model.mod,
-                    relax_model.plan,
-                    (
-                        *relax_model.fallbacks,
-                        f"Winograd F({tile}x{tile},3x3) not offered: {_first_line(exc)}",
-                    ),
-                )
+                why = f"Winograd F({tile}x{tile},3x3) not offered: {_first_line(exc)}"
+                relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     return relax_model, tasks
 
 
@@ -443,7 +439,7 @@ def _winograd_tasks(
         if direct is None:
             continue
         task.op = direct.op
-        task.description = {**direct.description, "algorithm": "winograd", "winograd_tile": tile}
+        task.description = {**direct.description, "winograd_tile": tile}
         task.onnx_nodes += [n for n in direct.onnx_nodes if n not in task.onnx_nodes]
         task.convs.append(conv)
     return [task for task in found.values() if task.convs]

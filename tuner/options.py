@@ -9,6 +9,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def _parse(cls: type[_Choice], value: str, what: str) -> _Choice:
+    """``value`` as a member of ``cls``; a ``ConvtuneError`` naming the choices otherwise."""
+    try:
+        return cls(value)
+    except ValueError:
+        from .errors import ConvtuneError
+
+        choices = ", ".join(repr(v.value) for v in cls)
+        raise ConvtuneError(f"unknown {what} {value!r}: use one of {choices}") from None
 
 
 class Layout(StrEnum):
@@ -23,13 +37,7 @@ class Layout(StrEnum):
     @classmethod
     def parse(cls, value: str | Layout) -> Layout:
         """``value`` as a Layout; a ``ConvtuneError`` naming the choices otherwise."""
-        try:
-            return cls(value)
-        except ValueError:
-            from .errors import ConvtuneError
-
-            choices = ", ".join(repr(v.value) for v in cls)
-            raise ConvtuneError(f"unknown layout {value!r}: use one of {choices}") from None
+        return _parse(cls, value, "layout")
 
 
 DEFAULT_LAYOUT = Layout.NCHWC
@@ -50,15 +58,7 @@ class Algorithm(StrEnum):
         """``"direct,winograd"`` or a sequence of names as Algorithms; the direct convolution is
         always among them (every conv can run it). A ``ConvtuneError`` names the choices."""
         names = values.split(",") if isinstance(values, str) else list(values)
-        parsed = []
-        for name in names:
-            try:
-                parsed.append(cls(str(name).strip()))
-            except ValueError:
-                from .errors import ConvtuneError
-
-                choices = ", ".join(repr(v.value) for v in cls)
-                raise ConvtuneError(f"unknown algorithm {name!r}: use {choices}") from None
+        parsed = [_parse(cls, str(name).strip(), "algorithm") for name in names]
         return tuple(a for a in cls if a is cls.DIRECT or a in parsed)
 
 
