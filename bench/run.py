@@ -50,6 +50,7 @@ from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, fm
 from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.layer_spaces import conv_space_markdown, conv_space_rows
 from bench.zoo import BUILDERS, INPUT_NAME, zoo_model
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
@@ -313,6 +314,14 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         *markdown(PROFILE_COLUMNS, report["profile"]),
         "",
     ]
+    if report.get("conv_spaces"):
+        md += [
+            "## Search per conv: best kernel of each space and algorithm (ms per call, "
+            "tuner's measurement; built = in the model)",
+            "",
+            *conv_space_markdown(report["conv_spaces"]),
+            "",
+        ]
     curve = report.get("curve")
     if curve:
         png = stem.with_name(stem.name + "-curve.png")
@@ -441,6 +450,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         "bench": bench_doc,
         "bench_isolated": isolated,
         "profile": rows,
+        "conv_spaces": conv_space_rows(engine, tuned.model_id),
     }
 
 
