@@ -85,6 +85,12 @@ class ModelTask:
         """How the task's convolution computes (direct unless it is a Winograd kernel)."""
         return Algorithm.WINOGRAD if self.winograd_tile else Algorithm.DIRECT
 
+    @property
+    def is_alternative(self) -> bool:
+        """Whether the task is another algorithm for convs a direct task also computes: the
+        build picks one per conv (tuner/algorithms.py), and the search measures these last."""
+        return self.algorithm is not Algorithm.DIRECT
+
     @cached_property
     def winograd_tile(self) -> int:
         """The output tile m of a Winograd F(m×m, 3×3) task; 0 for any other task. Read off the

@@ -623,14 +623,14 @@ def run_search(
     )
     # Largest expected gain first: the gradient scheduler's first round follows this order, and
     # if the time budget runs out the tasks that pay most got their trials.
-    # Winograd alternatives after every other task: a conv's direct kernel is measured before
+    # Alternatives (Winograd) after every other task: a conv's direct kernel is measured before
     # its alternatives are, and a budget spent on F(4×4) batches (1–2 minutes each for 8 trials
     # of ResNet-18's, most of it compiling) does not leave other tasks unmeasured (10 of
     # ResNet-18's tasks were, with a 10-minute budget: 27.8 ms against 17.4 for onnxruntime).
     active = sorted(
         (i for i in range(len(plan.tasks)) if plan.remaining(i) > 0),
         key=lambda i: (
-            plan.tasks[i].winograd_tile > 0,
+            plan.tasks[i].is_alternative,
             -(plan.outlooks[i].gain if plan.outlooks[i] else 0.0),  # type: ignore[union-attr]
         ),
     )

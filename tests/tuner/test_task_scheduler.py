@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from sqlalchemy import func, select
 from tvm.s_tir.meta_schedule.runner import RunnerResult
@@ -15,7 +17,7 @@ from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import Layout
 from convtune.tuner.target import make_target
-from convtune.tuner.task_scheduler import best_seconds, gradient
+from convtune.tuner.task_scheduler import ExclusiveGradient, batch_seconds, best_seconds, gradient
 from tests.models import three_conv_cnn, to_bytes
 
 
@@ -38,6 +40,24 @@ def test_gradient_prefers_heavy_slow_improving_tasks_and_puts_failed_ones_last()
     assert gradient(improving, 1.0) > gradient(flat, 1.0)
     assert gradient([1e9], 100.0) < gradient([1e-6], 1.0)
     assert gradient([], 1.0) < gradient([1e-6], 1.0)
+
+
+def test_the_choice_weighs_the_gradient_by_what_a_batch_costs() -> None:
+    assert batch_seconds([]) == 1.0
+    assert batch_seconds([9.0, 100.0, 2.0, 3.0]) == 3.0  # median of the last WINDOW
+    scheduler = ExclusiveGradient._cls(seed=0)  # the Python class behind TVM's derived object
+    tasks = [SimpleNamespace(task_weight=1.0, is_terminated=False) for _ in range(3)]
+    scheduler._first_round = len(tasks)
+    # Task 0 gains twice as much per batch, but its batches take 50 times longer (a Winograd
+    # F(4×4) compile against a direct conv's); task 2 never ran.
+    scheduler._history = {0: [8e-3], 1: [4e-3], 2: [1e9]}
+    scheduler._durations = {0: [100.0], 1: [2.0], 2: [0.5]}
+    assert scheduler._choose(tasks, [0, 1, 2]) == 1
+    scheduler._durations = {0: [3.0], 1: [2.0], 2: [0.5]}
+    assert scheduler._choose(tasks, [0, 1, 2]) == 0
+    # The first round still gives every task its batch, in order, whatever it costs.
+    scheduler._first_round = 0
+    assert [scheduler._choose(tasks, [0, 1, 2]) for _ in tasks] == [0, 1, 2]
 
 
 def test_every_batch_is_recorded_before_the_next_is_generated(tmp_path, monkeypatch) -> None:
