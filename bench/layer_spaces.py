@@ -35,8 +35,8 @@ def _best_by_space(session: Session, workload_ids: list[int]) -> dict[int, dict[
     record = TuningRecordRow
     rows = session.execute(
         select(record.workload_id, record.space, func.min(record.mean_sec))
-        .where(TuningRecordRow.workload_id.in_(workload_ids), TuningRecordRow.mean_sec.is_not(None))
-        .group_by(TuningRecordRow.workload_id, TuningRecordRow.space)
+        .where(record.workload_id.in_(workload_ids), record.mean_sec.is_not(None))
+        .group_by(record.workload_id, record.space)
     ).all()
     best: dict[int, dict[str, float]] = {}
     for wid, space, sec in rows:
