@@ -81,8 +81,9 @@ def test_unscheduled_winograd_equals_direct(name: str, tile: int) -> None:
 def test_sampled_register_blocks_of_both_widths_equal_direct(name: str, tile: int) -> None:
     mod, args, reference = case(name, tile)
     checked = set()
-    # Every choice of a sketch is covered: both widths, both paddings.
-    for sketch in [Sketch(1, False), Sketch(2, True)]:
+    # Every choice of a sketch is covered: both widths, both paddings, both parallel splits.
+    sketches = [Sketch(1, False), Sketch(2, True), Sketch(2, False, tile_parallel=True)]
+    for sketch in sketches:
         for seed in range(1, 9):
             sch = s_tir.Schedule(mod, seed=seed)
             winograd_nchwc.schedule_winograd(sch, 28, sketch)
@@ -91,7 +92,7 @@ def test_sampled_register_blocks_of_both_widths_equal_direct(name: str, tile: in
                 continue
             checked.add((sketch, rows))
             assert_within_tolerance(run(sch.mod, args), reference, tile)
-    assert {sketch for sketch, _ in checked} == {Sketch(1, False), Sketch(2, True)}
+    assert {sketch for sketch, _ in checked} == set(sketches)
 
 
 def test_only_the_winograd_space_schedules_winograd_tasks() -> None:
@@ -101,8 +102,9 @@ def test_only_the_winograd_space_schedules_winograd_tasks() -> None:
     target = make_target(None)
     generator = spaces[0].generator(target)
     s_tir.meta_schedule.TuneContext(mod=mod, target=target, space_generator=generator)
-    # Two output-channel blocks: one and two blocks wide, each with and without a pad pass.
-    assert len(generator.generate_design_space(mod)) == 4
+    # Two output-channel blocks: one and two blocks wide, each with and without a pad pass,
+    # threads over (ε, ν, channels) or over tiles.
+    assert len(generator.generate_design_space(mod)) == 8
     assert winograd_nchwc.winograd_tile(mod) == 4
     assert not GenericSpace().applies_to(mod)
 
