@@ -160,7 +160,8 @@ class Sketch:
     #: Threads split the tiles, and each packs its own tiles' data right before its GEMMs, so
     #: the packed data stays in the core's cache instead of a pass through memory. Zen 4, best
     #: register block of each, 2 threads: 0.32 against 0.36 ms at 64×56×56 F(4×4), 0.38
-    #: against 0.40 at 256×14×14; 0.90 against 0.66 at 512×7×7 F(2×2) (16 tiles, 2 threads).
+    #: against 0.40 at 256×14×14; but 0.90 against 0.66 at 512×7×7 F(2×2) (16 tiles, 16.8 MB
+    #: of weights), hence a sketch the search tries, not the default.
     tile_parallel: bool = False
 
 
