@@ -79,6 +79,7 @@ def measure_candidate(
         except FleetUnavailable as exc:
             return Outcome(unmeasured=exc.message)
         except DeviceLost as exc:
+            log.warning("device %s went away while connecting for %s", exc.device, artifact_path)
             lost.append(exc.device)
             continue
         remote_path = os.path.basename(artifact_path)

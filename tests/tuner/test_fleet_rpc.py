@@ -201,26 +201,31 @@ def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rp
         tmp_path / "tune.log",
     )  # fmt: skip
     try:
-        # Kill the first device while it measures its second candidate (so it has measured one):
+        # Kill the first device while it links its second candidate (so it has measured one):
         # a session is a process forked by the server's listener, so the device has a
-        # grandchild exactly while it serves one. Trials are recorded per batch, when the
-        # scheduler joins it, so the records cannot tell when a device is busy.
+        # grandchild exactly while it serves one, and that session has a child (gcc) exactly
+        # while it links the uploaded candidate, i.e. mid-measurement. Killing on the session
+        # alone raced: CI once caught one before or after its measurement. Trials are recorded
+        # per batch, when the scheduler joins it, so the records cannot tell when a device is busy.
         server = psutil.Process(first.pid)
         sessions: set[int] = set()
 
+        def linking(session: psutil.Process) -> bool:
+            try:
+                return bool(session.children())
+            except psutil.NoSuchProcess:
+                return False
+
         def second_session() -> bool:
-            # rpc-server -> its listener process -> one process per session (-> gcc, linking)
-            active = [p.pid for listener in server.children() for p in listener.children()]
-            sessions.update(active)
-            if len(sessions) >= 2 and active and tune.poll() is None:
-                # Killed here, not after the wait returns: a session lasts ~0.2 s (3 repeats
-                # of >= 40 ms), and anything slower in between (CI once spent it opening the
-                # database) lets the measurement finish before the kill.
+            # rpc-server -> its listener process -> one process per session -> gcc, linking
+            active = [p for listener in server.children() for p in listener.children()]
+            sessions.update(p.pid for p in active)
+            if len(sessions) >= 2 and any(map(linking, active)) and tune.poll() is None:
                 _kill(first)
                 return True
             return tune.poll() is not None
 
-        _wait_for(second_session, 600, "the first device's second measurement", poll=0.01)
+        _wait_for(second_session, 600, "the first device linking its second candidate", poll=0.01)
         assert tune.poll() is None, (tmp_path / "tune.log").read_text()
         assert "building" not in (tmp_path / "tune.log").read_text()  # still searching
         # The batch in flight is recorded only once its lost candidate is measured again.
