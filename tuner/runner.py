@@ -73,16 +73,16 @@ def measure_candidate(
 ) -> Outcome:
     """Measure one built candidate on a free device of ``fleet`` (runs in a pool process)."""
     lost: list[str] = []
+    remote_path = os.path.basename(artifact_path)
     for _ in range(2):  # the first device, and one more if it went away mid-measurement
         try:
             session, device = request_device(fleet, session_timeout=session_timeout, wait=wait)
         except FleetUnavailable as exc:
             return Outcome(unmeasured=exc.message)
         except DeviceLost as exc:
-            log.warning("device %s went away while connecting for %s", exc.device, artifact_path)
+            log.warning("device %s went away while connecting for %s", exc.device, remote_path)
             lost.append(exc.device)
             continue
-        remote_path = os.path.basename(artifact_path)
         try:
             module = default_upload_module(session, artifact_path, remote_path)
             dev = session.device(device_type, 0)
