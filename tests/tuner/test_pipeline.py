@@ -208,8 +208,15 @@ def test_workload_tuned_by_another_model_is_not_searched_again(tmp_path, db_engi
         linked = session.scalars(
             select(ModelWorkloadRow).where(ModelWorkloadRow.kind == "conv")
         ).all()
-        assert len(linked) == 2 and linked[0].workload_id == linked[1].workload_id
-        assert [row.onnx_nodes for row in linked] == [["conv0"], ["conv0"]]
+        # On an AVX2 host this conv is blocked and also gets Winograd tasks; on AVX-512 it is one
+        # direct task. Either way both models link the same workloads, each for conv0.
+        by_model: dict[int, list[int | None]] = {}
+        for row in linked:
+            by_model.setdefault(row.model_id, []).append(row.workload_id)
+        assert len(by_model) == 2
+        first_ids, second_ids = (sorted(ids, key=str) for ids in by_model.values())
+        assert first_ids == second_ids and None not in first_ids
+        assert all(row.onnx_nodes == ["conv0"] for row in linked)
 
 
 def test_a_tuned_model_again_reuses_its_library_until_a_record_changes(tmp_path, db_engine):
