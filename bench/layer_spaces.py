@@ -35,7 +35,7 @@ def _best_by_space(session: Session, workload_ids: list[int]) -> dict[int, dict[
     record = TuningRecordRow
     rows = session.execute(
         select(record.workload_id, record.space, func.min(record.mean_sec))
-        .where(record.workload_id.in_(workload_ids), record.mean_sec.is_not(None))
+        .where(record.workload_id.in_(workload_ids), record.mean_sec.is_not(None), record.timed())
         .group_by(record.workload_id, record.space)
     ).all()
     best: dict[int, dict[str, float]] = {}

@@ -162,6 +162,7 @@ def tuning_curve(
             .where(
                 TuningRecordRow.workload_id.in_(list(occurrences)),
                 TuningRecordRow.mean_sec.is_not(None),
+                TuningRecordRow.timed(),
                 TuningRecordRow.created_at <= end,
             )
             .order_by(TuningRecordRow.created_at, TuningRecordRow.id)

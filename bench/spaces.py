@@ -103,7 +103,7 @@ def best_per_space(engine: Engine, model_id: int) -> dict[str, float]:
         select(TuningRecordRow.space, func.min(TuningRecordRow.mean_sec))
         .join(ModelWorkloadRow, ModelWorkloadRow.workload_id == TuningRecordRow.workload_id)
         .where(ModelWorkloadRow.model_id == model_id, ModelWorkloadRow.kind == "conv")
-        .where(TuningRecordRow.mean_sec.is_not(None))
+        .where(TuningRecordRow.mean_sec.is_not(None), TuningRecordRow.timed())
         .group_by(TuningRecordRow.space)
     )
     with Session(engine) as session:

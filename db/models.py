@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    ColumnElement,
     DateTime,
     Float,
     ForeignKey,
@@ -42,6 +43,22 @@ class JobStatus(StrEnum):
 
 
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class Timing(StrEnum):
+    """How a trial was timed; stored in ``tuning_records.timing``. Times taken under different
+    protocols are not comparable, so the search and the build only compare records of one."""
+
+    #: The kernel run back to back, its weights left in cache by the previous run (every record
+    #: before migration 0007).
+    WARM = "warm"
+    #: Every argument but the first (the input) flushed from the caches before each run, as in
+    #: a model, where a layer's weights come from memory: tuner/search.py's ``EVALUATOR``.
+    COLD_WEIGHTS = "cold-weights"
+
+
+#: The protocol new trials are timed under, and the only one the search and the build read.
+CURRENT_TIMING = Timing.COLD_WEIGHTS
 
 
 # Deterministic constraint names so that later migrations can drop or alter them by name.
@@ -200,6 +217,14 @@ class TuningRecordRow(_Row, Base):
     job_id: Mapped[int | None] = mapped_column(Integer, index=True)
     # Who measured it: "local:<host>" or the fleet device's tracker address "<fleet>@<ip>:<port>".
     device: Mapped[str | None] = mapped_column(String(255))
+    timing: Mapped[str] = mapped_column(
+        String(32), default=CURRENT_TIMING.value, server_default=Timing.WARM.value
+    )
+
+    @classmethod
+    def timed(cls, timing: Timing = CURRENT_TIMING) -> ColumnElement[bool]:
+        """The filter to records timed under ``timing``: only they compare with each other."""
+        return cls.timing == timing.value
 
 
 class FleetRow(_Row, Base):

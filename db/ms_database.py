@@ -21,7 +21,14 @@ from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
 from tvm.tirx import FloatImm, IntImm
 
-from .models import ModelWorkloadRow, TargetRow, TuningRecordRow, WorkloadRow
+from .models import (
+    CURRENT_TIMING,
+    ModelWorkloadRow,
+    TargetRow,
+    Timing,
+    TuningRecordRow,
+    WorkloadRow,
+)
 from .session import session_factory
 from .stats import NO_RECORDS, record_stats
 
@@ -114,11 +121,21 @@ class SQLDatabase(PyDatabase):
       that schedule's module; None when the workload is unknown or has no successful record.
       Their ``target`` argument is ignored, as in TVM's JSON database: this one is bound to a
       target already.
+    - Every record it stores is marked with the :class:`Timing` protocol given at construction,
+      and every record it reads, counts or samples is one of that protocol: times taken warm
+      and cold are not comparable, so records of another protocol are invisible here (a workload
+      tuned warm is tuned again, cold, as if new).
     - ``Workload`` objects are cached per instance (the workload table only grows); tuning
       records are always read from the database, so records added by other processes are seen.
     """
 
-    def __init__(self, engine: Engine, target: Target, module_equality: str = "structural") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        target: Target,
+        module_equality: str = "structural",
+        timing: Timing = CURRENT_TIMING,
+    ) -> None:
         if module_equality != "structural":
             raise ValueError(
                 f"SQLDatabase supports module_equality='structural' only, got {module_equality!r}"
@@ -126,6 +143,8 @@ class SQLDatabase(PyDatabase):
         self._engine = engine
         self._sessions = session_factory(engine)
         self._target = target
+        self._timing = timing
+        self._timed_alike = TuningRecordRow.timed(timing)
         self._target_spec = to_plain(target.export())
         self._target_key = target_key(target)
         self._lock = threading.RLock()
@@ -140,6 +159,11 @@ class SQLDatabase(PyDatabase):
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def timing(self) -> Timing:
+        """The protocol of every record this database stores and reads."""
+        return self._timing
 
     @property
     def target(self) -> Target:
@@ -274,7 +298,13 @@ class SQLDatabase(PyDatabase):
         if flops is None:
             flops = self._flops.get(workload_id)
         gflops = flops / mean_sec / 1e9 if flops and mean_sec else None
-        row = TuningRecordRow(workload_id=workload_id, mean_sec=mean_sec, gflops=gflops, **fields)
+        row = TuningRecordRow(
+            workload_id=workload_id,
+            mean_sec=mean_sec,
+            gflops=gflops,
+            timing=self._timing.value,
+            **fields,
+        )
         with self._sessions() as session, session.begin():
             session.add(row)
             session.flush()
@@ -363,7 +393,9 @@ class SQLDatabase(PyDatabase):
         query = (
             select(TuningRecordRow)
             .where(
-                TuningRecordRow.workload_id == workload_id, TuningRecordRow.mean_sec.is_not(None)
+                TuningRecordRow.workload_id == workload_id,
+                TuningRecordRow.mean_sec.is_not(None),
+                self._timed_alike,
             )
             .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
             .limit(top_k)
@@ -404,12 +436,14 @@ class SQLDatabase(PyDatabase):
         """Number of records of ``workload_id``, failed trials included; only ``space``'s if
         given."""
         with self._sessions() as session:
-            stats = record_stats(session, [workload_id], space=space)
+            stats = record_stats(session, [workload_id], space=space, timing=self._timing)
         return stats.get(workload_id, NO_RECORDS).trials
 
     def trace_keys(self, workload_id: int) -> set[str]:
         """``trace_key`` of every schedule measured for ``workload_id`` (to never measure twice)."""
-        query = select(TuningRecordRow.trace).where(TuningRecordRow.workload_id == workload_id)
+        query = select(TuningRecordRow.trace).where(
+            TuningRecordRow.workload_id == workload_id, self._timed_alike
+        )
         with self._sessions() as session:
             return {trace_key(trace) for trace in session.scalars(query)}
 
@@ -417,7 +451,7 @@ class SQLDatabase(PyDatabase):
         return (
             select(TuningRecordRow)
             .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
-            .where(WorkloadRow.target_id == self._target_id)
+            .where(WorkloadRow.target_id == self._target_id, self._timed_alike)
         )
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
@@ -438,7 +472,9 @@ class SQLDatabase(PyDatabase):
             WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id
         )
         with self._sessions() as session:
-            found = session.scalar(query.where(WorkloadRow.target_id == self._target_id))
+            found = session.scalar(
+                query.where(WorkloadRow.target_id == self._target_id, self._timed_alike)
+            )
         return int(found or 0)
 
     def sample_records(
@@ -462,6 +498,7 @@ class SQLDatabase(PyDatabase):
             WorkloadRow.target_id == self._target_id,
             TuningRecordRow.mean_sec.is_not(None),
             TuningRecordRow.id > after_id,
+            self._timed_alike,
         ]
         if upto_id is not None:
             where.append(TuningRecordRow.id <= upto_id)
@@ -508,7 +545,11 @@ class SQLDatabase(PyDatabase):
         best = (
             select(TuningRecordRow.workload_id, func.max(TuningRecordRow.gflops))
             .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
-            .where(WorkloadRow.target_id == self._target_id, TuningRecordRow.gflops.is_not(None))
+            .where(
+                WorkloadRow.target_id == self._target_id,
+                TuningRecordRow.gflops.is_not(None),
+                self._timed_alike,
+            )
             .group_by(TuningRecordRow.workload_id)
         )
         kinds = (

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from .models import TuningRecordRow
+from .models import CURRENT_TIMING, Timing, TuningRecordRow
 
 
 class RecordStats(NamedTuple):
@@ -29,9 +29,12 @@ def record_stats(
     *,
     job_id: int | None = None,
     space: str | None = None,
+    timing: Timing = CURRENT_TIMING,
 ) -> dict[int, RecordStats]:
     """workload id → trials (failed ones included) and best figures; only the trials of
-    ``job_id`` / of the schedule space ``space`` if given. Workloads without trials are absent."""
+    ``job_id`` / of the schedule space ``space`` if given, and only those timed under ``timing``
+    (the others count as not done: the search tunes their workloads again). Workloads without
+    trials are absent."""
     ids = sorted({i for i in workload_ids if i is not None})
     if not ids:
         return {}
@@ -42,7 +45,7 @@ def record_stats(
             func.max(TuningRecordRow.gflops),
             func.min(TuningRecordRow.mean_sec),
         )
-        .where(TuningRecordRow.workload_id.in_(ids))
+        .where(TuningRecordRow.workload_id.in_(ids), TuningRecordRow.timed(timing))
         .group_by(TuningRecordRow.workload_id)
     )
     if job_id is not None:

@@ -311,6 +311,8 @@ def tune_model(
             "trials_per_task": options.trials_per_task,
             "budget_minutes": options.budget_minutes,
             "seed": options.seed,
+            # How the kernels that were chosen were timed (db.models.Timing).
+            "timing": prepared.database.timing.value,
         },
         "untuned_tasks": [row["task"] for row in layers if row["best_ms"] is None],
         "build_key": key,

@@ -9,7 +9,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from convtune.db.migrate import alembic_config, upgrade
-from convtune.db.models import Base
+from convtune.db.models import CURRENT_TIMING, Base, Timing
 from convtune.db.session import make_engine
 
 
@@ -57,5 +57,38 @@ def test_migrations_run_from_any_working_directory(tmp_path, monkeypatch):
     engine = make_engine(url)
     try:
         assert "tuning_records" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def test_records_stored_before_the_timing_column_read_as_timed_warm(db_url):
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0006")
+            conn.execute(
+                text(
+                    "INSERT INTO targets (id, created_at, key, spec)"
+                    " VALUES (1, '2026-01-01', 'k', '{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO workloads (id, created_at, target_id, shash, task_name, mod_json)"
+                    " VALUES (1, '2026-01-01', 1, 'h', 'main', '{}')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO tuning_records (id, created_at, workload_id, trace, mean_sec)"
+                    " VALUES (1, '2026-01-01', 1, '[]', 0.001)"
+                )
+            )
+        upgrade(db_url)
+        with engine.connect() as conn:
+            timing = conn.execute(text("SELECT timing FROM tuning_records WHERE id = 1")).scalar()
+        assert timing == Timing.WARM.value != CURRENT_TIMING.value
     finally:
         engine.dispose()

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-from convtune.db.models import TargetRow, TuningRecordRow, WorkloadRow
+from convtune.db.models import CURRENT_TIMING, TargetRow, Timing, TuningRecordRow, WorkloadRow
 from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
 from convtune.db.session import make_engine, session_factory
 
@@ -123,6 +123,30 @@ def test_workloads_are_per_target(db_engine):
     assert _count(db_engine, TargetRow) == 2
     with pytest.raises(KeyError):
         theirs.workload(mine.workload_id(mod))
+
+
+def test_records_timed_another_way_are_invisible_and_the_workload_is_tuned_again(db_engine):
+    assert CURRENT_TIMING is Timing.COLD_WEIGHTS
+    warm = SQLDatabase(db_engine, TARGET, timing=Timing.WARM)
+    cold = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    wid = warm.workload_id(mod)
+    warm.commit_tuning_record(_record(warm, mod, [1e-5], inner=8))  # warm: looks faster
+    cold.commit_tuning_record(_record(cold, mod, [3e-5], inner=16))
+    with session_factory(db_engine)() as session:
+        stored = session.scalars(select(TuningRecordRow.timing).order_by(TuningRecordRow.id))
+        assert list(stored) == ["warm", "cold-weights"]
+    # Each sees its own record only: best, counts, the traces it will not measure again, samples.
+    assert _secs(cold.get_top_k(cold.commit_workload(mod), 5)[0]) == [3e-5]
+    assert cold.best_record(wid).mean_sec == pytest.approx(3e-5)
+    assert warm.best_record(wid).mean_sec == pytest.approx(1e-5)
+    assert cold.count_trials(wid) == 1 and len(cold) == 1 and len(warm) == 1
+    assert cold.trace_keys(wid) != warm.trace_keys(wid)
+    assert [r.mean_sec for r in cold.sample_records(top_k=5, random_k=5)] == [pytest.approx(3e-5)]
+    assert cold.best_gflops_by_workload()[wid][1] == pytest.approx(FLOPS_64 / 3e-5 / 1e9)
+    assert cold.max_record_id() > warm.max_record_id()
+    fresh = SQLDatabase(db_engine, TARGET, timing=Timing.COLD_WEIGHTS)
+    assert fresh.query_tuning_record(mod, TARGET, "main").run_secs[0].value == pytest.approx(3e-5)
 
 
 def test_top_k_orders_successes_by_mean_time_then_insertion(db_engine):

@@ -21,7 +21,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from convtune.db.migrate import upgrade
-from convtune.db.models import ArtifactRow, ModelWorkloadRow, TuningRecordRow, WorkloadRow
+from convtune.db.models import (
+    CURRENT_TIMING,
+    ArtifactRow,
+    ModelWorkloadRow,
+    TuningRecordRow,
+    WorkloadRow,
+)
 from convtune.db.ms_database import trace_key
 from convtune.db.session import make_engine
 from convtune.tuner.ingest import load_model
@@ -181,6 +187,7 @@ def test_killed_tuning_resumes_from_the_database(tmp_path):
     assert sum(map(len, after.values())) > recorded_before
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["search"]["trials_measured"] == sum(map(len, after.values())) - recorded_before
+    assert manifest["search"]["timing"] == CURRENT_TIMING.value
     # No schedule was measured twice, across the kill and the resumed run.
     engine = make_engine(url)
     with Session(engine) as session:
