@@ -4,12 +4,14 @@ A conv that may run as Winograd has several tasks: its direct kernel and one Win
 tile size (``extract.extract_tasks``). Each is tuned like any task; the build then gives every
 such conv the algorithm whose best kernel is fastest.
 
-Measured times are of kernels run back to back, their weights in cache. In a model the weights
-of a layer were last read one inference ago and come from memory, and Winograd's transformed
-weights are α²/9 times the direct ones (4× for F(4×4)): ResNet-50's 512→512 3×3 conv measured
-0.88 ms as F(4×4) against 1.19 ms direct on a Zen 4, but its 37.7 MB of F(4×4) weights take
-1.45 ms to stream at 26 GB/s. So each candidate is judged by the larger of its measured time and
-the time to read its weights at the machine's memory bandwidth.
+In a model the weights of a layer were last read one inference ago and come from memory, and
+Winograd's transformed weights are α²/9 times the direct ones (4× for F(4×4)). Trials are timed
+with the weights flushed from the caches (``db.models.CURRENT_TIMING``), so a measured time
+already pays for streaming them; before that, timed warm, ResNet-50's 512→512 3×3 conv measured
+0.88 ms as F(4×4) against 1.19 ms direct on a Zen 4, though its 37.7 MB of F(4×4) weights take
+1.45 ms to stream at 26 GB/s. Records timed warm are no longer read, but the bound stays as a
+floor: each candidate is judged by the larger of its measured time and the time to read its
+weights at the machine's memory bandwidth.
 """
 
 from __future__ import annotations
