@@ -9,8 +9,9 @@ be drawn again for any tuned model:
 A row is one direct conv task (its convs share a workload); its columns are the fastest
 measured trial of each direct space, and of each Winograd tile whose task covers the same convs
 (``ModelTask.convs``), in ms per call, as the tuner measured them (kernel alone, timed under
-``db.models.CURRENT_TIMING``: weights flushed from the caches before each run). ``built`` is the chosen kernel inside the model (``convtune profile``), ``onnxruntime``
-its Conv node by its own profiler, both per call.
+``db.models.CURRENT_TIMING``: weights flushed from the caches before each run). ``built`` is the
+chosen kernel inside the model (``convtune profile``), ``onnxruntime`` its Conv node by its own
+profiler, both per call.
 """
 
 from __future__ import annotations
