@@ -90,9 +90,11 @@ def test_options_parse_algorithms() -> None:
 def test_a_tuned_model_builds_the_faster_algorithm_and_matches_onnxruntime(
     tmp_path, sqlite_engine
 ) -> None:
-    """64 channels at 28×28: F(4×4) does a quarter of the direct conv's multiplies; with a few
-    trials each, the build must pick the kernel measured fastest and still match onnxruntime."""
-    ingested = load_model(to_bytes(conv_net(in_channels=64, out_channels=64, size=28)))
+    """128 channels at 28×28: F(4×4) does a quarter of the direct conv's multiplies; with a few
+    trials each, the build must pick the kernel measured fastest and still match onnxruntime.
+    (At 64 channels, timed with the weights cold, CI on Emerald Rapids once measured the direct
+    kernel ahead: 0.203 ms against F(4×4)'s 0.209.)"""
+    ingested = load_model(to_bytes(conv_net(in_channels=128, out_channels=128, size=28)))
     result = tune_model(
         ingested, tmp_path / "out", TuneOptions(trials_per_task=4), engine=sqlite_engine
     )
@@ -107,7 +109,7 @@ def test_a_tuned_model_builds_the_faster_algorithm_and_matches_onnxruntime(
     fastest = min(conv_layers, key=lambda tile: conv_layers[tile])
     assert fastest != 0, conv_layers  # Winograd measured faster than the direct kernel
     plan = manifest["layout_plan"]["convs"][0]
-    assert plan["algorithm"] == f"winograd F({fastest}x{fastest},3x3)"
+    assert plan["algorithm"] == f"winograd F({fastest}x{fastest},3x3)", conv_layers
     assert result.search.trials_measured > 0
 
     refused = tune_model(
