@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from convtune.tuner.bench import TUNED, contender_env
+from convtune.tuner.ingest import TensorSpec
 from convtune.tuner.runtime import Artifact, load_manifest, set_threads
+from convtune.tuner.verify import random_feeds
 
 #: Seconds between batches: longer than TVM's thread pool spins before it sleeps.
 PAUSE_S = 0.3
@@ -40,11 +42,11 @@ def serve(so_path: str, threads: int) -> None:
     """Child: load ``so_path``, then for each line ``n`` on stdin print the median of n runs."""
     set_threads(threads)
     artifact = Artifact.load(so_path)
-    rng = np.random.default_rng(0)
-    feeds = {
-        spec["name"]: rng.standard_normal(spec["shape"]).astype(spec.get("dtype", "float32"))
+    inputs = tuple(
+        TensorSpec(spec["name"], tuple(spec["shape"]), spec["dtype"])
         for spec in load_manifest(Path(so_path))["inputs"]
-    }
+    )
+    feeds = random_feeds(inputs)
     run = artifact.runner(feeds)
     for _ in range(WARMUP_RUNS):
         run()
@@ -64,14 +66,13 @@ class Contender:
     process: subprocess.Popen[str]
     batch_ms: list[float]
 
-    def batch(self, runs: int) -> float:
+    def batch(self, runs: int) -> None:
+        """Pause, then time one batch of ``runs`` runs; its median lands in ``batch_ms``."""
         assert self.process.stdin is not None and self.process.stdout is not None
         time.sleep(PAUSE_S)
         self.process.stdin.write(f"{runs}\n")
         self.process.stdin.flush()
-        ms = float(self.process.stdout.readline()) * 1e3
-        self.batch_ms.append(ms)
-        return ms
+        self.batch_ms.append(float(self.process.stdout.readline()) * 1e3)
 
 
 def start(path: Path, threads: int) -> Contender:
