@@ -62,12 +62,10 @@ def test_migrations_run_from_any_working_directory(tmp_path, monkeypatch):
 
 
 def test_records_stored_before_the_timing_column_read_as_timed_warm(db_url):
+    upgrade(db_url, "0006")
     engine = make_engine(db_url)
     try:
         with engine.begin() as conn:
-            config = alembic_config()
-            config.attributes["connection"] = conn
-            command.upgrade(config, "0006")
             conn.execute(
                 text(
                     "INSERT INTO targets (id, created_at, key, spec)"
