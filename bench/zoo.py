@@ -281,6 +281,32 @@ def resnet50() -> onnx.ModelProto:
     return _resnet(50, "resnet50_v1.5", _bottleneck_v15, (3, 4, 6, 3))
 
 
+def _inverted_residual(
+    b: _GraphBuilder,
+    x: str,
+    name: str,
+    *,
+    expanded: int,
+    out_ch: int,
+    kernel: int,
+    stride: int,
+    act: str,
+    se: tuple[int, str, str] | None = None,
+) -> str:
+    """MobileNet's block: 1×1 expand (skipped when ``expanded`` equals the input channels) →
+    k×k depthwise → optional squeeze-excitation ``(squeeze, act, gate)`` → linear 1×1 project,
+    plus the input when the shapes allow it."""
+    in_ch = b.channels[x]
+    out = x
+    if expanded != in_ch:
+        out = b.conv_bn(out, f"{name}.expand", expanded, 1, act=act)
+    out = b.conv_bn(out, f"{name}.dw", expanded, kernel, stride=stride, groups=expanded, act=act)
+    if se is not None:
+        out = b.squeeze_excite(out, f"{name}.se", *se)
+    out = b.conv_bn(out, f"{name}.project", out_ch, 1, act=None, bn_scale=0.5)
+    return b.add(out, x, name) if stride == 1 and in_ch == out_ch else out
+
+
 #: MobileNetV2 inverted-residual settings: expansion t, channels c, repeats n, first stride s.
 _MBV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
                   (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
@@ -292,16 +318,12 @@ def mobilenetv2() -> onnx.ModelProto:
     index = 1
     for t, c, n, s in _MBV2_SETTINGS:
         for i in range(n):
+            expanded = b.channels[x] * t
             stride = s if i == 0 else 1
-            name = f"features.{index}"
-            in_ch = b.channels[x]
-            out = x
-            if t != 1:
-                out = b.conv_bn(out, f"{name}.expand", in_ch * t, 1, act="relu6")
-            hidden = b.channels[out]
-            out = b.conv_bn(out, f"{name}.dw", hidden, 3, stride=stride, groups=hidden, act="relu6")
-            out = b.conv_bn(out, f"{name}.project", c, 1, act=None, bn_scale=0.5)
-            x = b.add(out, x, name) if stride == 1 and in_ch == c else out
+            x = _inverted_residual(
+                b, x, f"features.{index}", expanded=expanded, out_ch=c, kernel=3, stride=stride,
+                act="relu6",
+            )  # fmt: skip
             index += 1
     x = b.conv_bn(x, f"features.{index}", 1280, 1, act="relu6")
     b.classifier(x)
@@ -328,17 +350,12 @@ def efficientnet_b0() -> onnx.ModelProto:
     index = 1
     for t, k, c, n, s in _EFFNET_B0_SETTINGS:
         for i in range(n):
-            stride = s if i == 0 else 1
-            name = f"features.{index}"
             in_ch = b.channels[x]
-            out = x
-            if t != 1:
-                out = b.conv_bn(out, f"{name}.expand", in_ch * t, 1, act="silu")
-            hidden = b.channels[out]
-            out = b.conv_bn(out, f"{name}.dw", hidden, k, stride=stride, groups=hidden, act="silu")
-            out = b.squeeze_excite(out, f"{name}.se", max(1, in_ch // 4), "silu", "sigmoid")
-            out = b.conv_bn(out, f"{name}.project", c, 1, act=None, bn_scale=0.5)
-            x = b.add(out, x, name) if stride == 1 and in_ch == c else out
+            stride = s if i == 0 else 1
+            x = _inverted_residual(
+                b, x, f"features.{index}", expanded=in_ch * t, out_ch=c, kernel=k, stride=stride,
+                act="silu", se=(max(1, in_ch // 4), "silu", "sigmoid"),
+            )  # fmt: skip
             index += 1
     x = b.conv_bn(x, f"features.{index}", 1280, 1, act="silu")
     b.classifier(x)
@@ -365,17 +382,10 @@ def mobilenetv3_large() -> onnx.ModelProto:
     b = _GraphBuilder(4)
     x = b.conv_bn(INPUT_NAME, "features.0", 16, 3, stride=2, act="hardswish")
     for index, (k, exp, c, se, act, stride) in enumerate(_MBV3_LARGE_SETTINGS, 1):
-        name = f"features.{index}"
-        in_ch = b.channels[x]
-        out = x
-        if exp != in_ch:
-            out = b.conv_bn(out, f"{name}.expand", exp, 1, act=act)
-        out = b.conv_bn(out, f"{name}.dw", exp, k, stride=stride, groups=exp, act=act)
-        if se:
-            squeeze = _make_divisible(exp / 4)
-            out = b.squeeze_excite(out, f"{name}.se", squeeze, "relu", "hardsigmoid")
-        out = b.conv_bn(out, f"{name}.project", c, 1, act=None, bn_scale=0.5)
-        x = b.add(out, x, name) if stride == 1 and in_ch == c else out
+        x = _inverted_residual(
+            b, x, f"features.{index}", expanded=exp, out_ch=c, kernel=k, stride=stride, act=act,
+            se=(_make_divisible(exp / 4), "relu", "hardsigmoid") if se else None,
+        )  # fmt: skip
     x = b.conv_bn(x, "features.16", 960, 1, act="hardswish")
     b.classifier(x, hidden=(1280, "hardswish"))
     return b.model("mobilenetv3_large")
