@@ -5,7 +5,6 @@ wall-clock cap stops searching and is built from what it measured. Slow: real tu
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import psutil
 import pytest
@@ -15,6 +14,8 @@ from tests.service.test_models_api import assert_error, upload
 from tests.service.test_serve import worker_children
 from tests.service.test_worker_e2e import (
     JOB_TIMEOUT,
+    TRIALS,
+    assert_resumed_without_loss,
     event_kinds,
     job_records,
     two_conv_model,
@@ -23,7 +24,6 @@ from tests.service.test_worker_e2e import (
 
 pytestmark = pytest.mark.slow
 
-TRIALS = 4
 FAST_HEARTBEAT = {"heartbeat_seconds": "0.5", "stale_after_seconds": "4"}
 
 
@@ -73,14 +73,7 @@ def test_killed_worker_is_replaced_and_its_job_finishes(tmp_path):
                 assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
                 assert client.get("/healthz").json()["workers_alive"] >= 1
             assert "restarting in" in service.proc.log()
-            after = job_records(url, job["id"])
-            assert set(before) <= set(after), "a trial recorded before the kill is gone"
-            pairs = Counter((wid, trace) for _, wid, trace in after)
-            assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
-            per_workload = Counter(wid for _, wid, _ in after)
-            assert len(per_workload) == 2 and sum(per_workload.values()) <= 2 * TRIALS
-            kinds = event_kinds(url, job["id"])
-            assert kinds.count("claimed") == 2 and "requeued" in kinds
+            kinds = assert_resumed_without_loss(url, job["id"], before)
             assert kinds[-1] == "succeeded"
         finally:
             service.stop()

@@ -91,6 +91,21 @@ def event_kinds(url: str, job_id: int) -> list[str]:
         engine.dispose()
 
 
+def assert_resumed_without_loss(url: str, job_id: int, before: list) -> list[str]:
+    """A job whose worker was killed after ``before`` was recorded, then finished: no trial of
+    ``before`` is gone, no (workload, schedule) pair was measured twice, and both convs of
+    ``two_conv_model`` stayed within their shared pool. Returns the job's event kinds."""
+    after = job_records(url, job_id)
+    assert set(before) <= set(after), "a trial recorded before the kill is gone"
+    pairs = Counter((wid, trace) for _, wid, trace in after)
+    assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
+    per_workload = Counter(wid for _, wid, _ in after)
+    assert len(per_workload) == 2 and sum(per_workload.values()) <= 2 * TRIALS
+    kinds = event_kinds(url, job_id)
+    assert kinds.count("claimed") == 2 and "requeued" in kinds
+    return kinds
+
+
 def test_job_survives_a_killed_worker_and_serves_its_artifact(service, client):
     url = service.env["CONVTUNE_DATABASE_URL"]
     model = upload(client, two_conv_model(), "two_conv.onnx").json()
@@ -132,16 +147,8 @@ def test_job_survives_a_killed_worker_and_serves_its_artifact(service, client):
     assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
     assert all(layer["best_gflops"] for layer in final["progress"])
 
-    after = job_records(url, job["id"])
-    assert set(before) <= set(after), "a trial recorded before the kill is gone"
-    pairs = Counter((wid, trace) for _, wid, trace in after)
-    assert max(pairs.values()) == 1, "a (workload, trace) pair was measured twice"
-    per_workload = Counter(wid for _, wid, _ in after)
-    assert len(per_workload) == 2 and sum(per_workload.values()) <= 2 * TRIALS
-
-    kinds = event_kinds(url, job["id"])
+    kinds = assert_resumed_without_loss(url, job["id"], before)
     assert kinds[0] == "queued"
-    assert kinds.count("claimed") == 2 and "requeued" in kinds
     assert kinds.index("requeued") < len(kinds) - 1 - kinds[::-1].index("claimed")
     assert kinds[-1] == "succeeded" and "done" in kinds and "verified" in kinds
 
