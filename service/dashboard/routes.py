@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import plotly
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from ..app import crud
-from ..app.api.deps import RowId, SessionDep, SettingsDep
+from ..app.api.deps import PageNumber, RowId, SessionDep, SettingsDep
 from ..app.api.routes.health import service_health
 from ..app.core.errors import ApiError
 from . import views
@@ -42,7 +42,7 @@ def models_page(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    page: PageNumber = 1,
 ) -> HTMLResponse:
     offset = (page - 1) * MODELS_PER_PAGE
     # One extra row tells whether a next page exists without a COUNT query.
@@ -109,7 +109,7 @@ def layer_page(
     workload_id: RowId,
     request: Request,
     session: SessionDep,
-    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    page: PageNumber = 1,
 ) -> HTMLResponse:
     return _page(request, "layer.html", view=views.layer_detail(session, workload_id, page=page))
 

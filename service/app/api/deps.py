@@ -1,5 +1,6 @@
 """Dependencies shared by the routes, as ``Annotated`` aliases (``SessionDep``, ``SettingsDep``,
-``ReaderDep``, ``WriterDep``, ``RowId``) so a route states what it needs in its signature."""
+``ReaderDep``, ``WriterDep``, ``RowId``, ``ListLimit``, ``PageNumber``) so a route states what it
+needs in its signature."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -22,6 +23,11 @@ _bearer = HTTPBearer(auto_error=False, description="Needed when CONVTUNE_API_TOK
 # so the route refuses it (422) before any query.
 MAX_ROW_ID = 2**31 - 1
 RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID)]
+#: How many rows a list endpoint returns (``?limit=``).
+ListLimit = Annotated[int, Query(ge=1, le=1000)]
+#: A dashboard page number (``?page=``), 1-based; the bound keeps the row offset an integer a
+#: database accepts.
+PageNumber = Annotated[int, Query(ge=1, le=1_000_000)]
 
 # The dashboard keeps the token in this cookie (set by /login or ``?token=``); the API accepts it
 # for reads only, so a cross-site form cannot write with it.

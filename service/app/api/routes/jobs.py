@@ -19,7 +19,7 @@ from ... import crud, queue
 from ...core.errors import not_found
 from ...dbbusy import with_retries
 from ...schemas import JobOut, error_responses
-from ..deps import MAX_ROW_ID, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
+from ..deps import MAX_ROW_ID, ListLimit, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -34,7 +34,7 @@ def list_jobs(
     session: SessionDep,
     _: ReaderDep,
     model_id: Annotated[int | None, Query(ge=1, le=MAX_ROW_ID)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: ListLimit = 100,
 ) -> list[JobOut]:
     return [
         crud.job_out(session, job)

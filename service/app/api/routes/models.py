@@ -13,7 +13,16 @@ from ...limits import check_job, check_job_quota
 from ...schemas import JobCreate, JobOut, ModelOut, ModelSummary, error_responses
 from ...store import store_upload
 from ...upload import stream_upload
-from ..deps import MAX_ROW_ID, EngineDep, ReaderDep, RowId, SessionDep, SettingsDep, WriterDep
+from ..deps import (
+    MAX_ROW_ID,
+    EngineDep,
+    ListLimit,
+    ReaderDep,
+    RowId,
+    SessionDep,
+    SettingsDep,
+    WriterDep,
+)
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -90,7 +99,7 @@ def list_models(
     session: SessionDep,
     _: ReaderDep,
     offset: Annotated[int, Query(ge=0, le=MAX_ROW_ID)] = 0,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: ListLimit = 100,
 ) -> list[ModelSummary]:
     return [crud.model_summary(m) for m in crud.list_models(session, offset=offset, limit=limit)]
 
