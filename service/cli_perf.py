@@ -354,7 +354,7 @@ def profile(
     """Per-layer time of the compiled model (untuned without --artifact) next to onnxruntime's."""
     from convtune.tuner.algorithms import manifest_winograd
     from convtune.tuner.bench import untuned_library
-    from convtune.tuner.profile import profile_model
+    from convtune.tuner.profile import DISTURBED_NOTE, profile_model
     from convtune.tuner.runtime import load_manifest
 
     with user_errors():
@@ -384,3 +384,5 @@ def profile(
     title = f"{ingested.name} ({kind}), {n_threads} threads, peak {peak_gflops:.0f} GFLOP/s"
     _console().print(profile_table(rows, title))
     warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran")
+    if any(r.get("disturbed") for r in rows):
+        warn(f"the layers' times sum above the end-to-end time: {DISTURBED_NOTE}")

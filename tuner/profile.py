@@ -345,6 +345,56 @@ def tvm_layer_times(
     }
 
 
+#: How far the instrumented kernels may sum above an un-instrumented run before the pass counts
+#: as disturbed. An undisturbed ResNet-50 pass sums 2-4% above (each call's timestamps include
+#: the hook's own return); one taken by ``bench/run.py`` right after a tuning run on a Zen 4 VM
+#: summed 63.7 ms against 34.5 end to end, and the same artifact a minute later 35.3 against 34.2.
+DISTURBED_EXCESS = 0.15
+#: What a disturbed profile says of itself (CLI warning, reports, the outside-kernels row).
+DISTURBED_NOTE = (
+    "other work took the cores while the layers were timed; profile again on a quiet machine"
+)
+#: Passes of :func:`consistent_layer_times` at most: noise from other tenants comes in bursts.
+PROFILE_PASSES = 3
+
+
+def least_disturbed(passes: list[tuple[dict[str, float], float]]) -> tuple[int, bool]:
+    """Index of the pass (per-kernel ms, end-to-end ms) whose kernels sum closest to (or below)
+    its end-to-end time, and whether even that one sums more than :data:`DISTURBED_EXCESS`
+    above it."""
+    if not passes:
+        raise ConvtuneError("profile: no pass to choose from")
+    excess = [sum(layers.values()) / e2e - 1.0 if e2e > 0 else 0.0 for layers, e2e in passes]
+    best = min(range(len(passes)), key=excess.__getitem__)
+    return best, excess[best] > DISTURBED_EXCESS
+
+
+def consistent_layer_times(
+    vm_module_path: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    *,
+    runs: int = 5,
+    passes: int = PROFILE_PASSES,
+) -> tuple[dict[str, float], float, bool]:
+    """:func:`tvm_layer_times` checked against :func:`tvm_end_to_end_ms` measured beside it.
+
+    A pass whose kernels sum to more than the end-to-end time by :data:`DISTURBED_EXCESS` was
+    slowed by other work, so it is measured again, up to ``passes`` passes, and the least
+    disturbed one is kept. Returns its per-kernel times, its end-to-end time, and whether it is
+    still disturbed (the caller says so rather than print numbers that do not add up).
+    """
+    taken: list[tuple[dict[str, float], float]] = []
+    for _ in range(max(1, passes)):
+        end_to_end = tvm_end_to_end_ms(vm_module_path, feeds, threads, runs=runs)
+        taken.append((tvm_layer_times(vm_module_path, feeds, threads, runs=runs), end_to_end))
+        index, disturbed = least_disturbed(taken)
+        if not disturbed:
+            break
+    layers, end_to_end = taken[index]
+    return layers, end_to_end, disturbed
+
+
 # ---------------------------------------------------------------------------------------------
 # model-level profile: TVM layers mapped to ONNX nodes, next to onnxruntime's nodes
 # ---------------------------------------------------------------------------------------------
@@ -398,7 +448,9 @@ def profile_model(
     One row per fused TIR task of ``extract_tasks`` that runs (structurally equal layers share a
     task and a row; ``calls`` counts them) and per compiled function no task covers, slowest
     first, then :data:`OUTSIDE_KERNELS` (``ms`` = the median end-to-end time of un-instrumented
-    runs, also in ``end_to_end_ms``, minus the kernels' sum, at least 0), then :data:`ORT_OTHER`.
+    runs, also in ``end_to_end_ms``, minus the kernels' sum, at least 0; ``disturbed`` when the
+    kernels still summed above it after :func:`consistent_layer_times`' passes), then
+    :data:`ORT_OTHER`.
     ``ms`` is the summed median time of the task's functions in
     one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
@@ -418,7 +470,7 @@ def profile_model(
         relax_model = model_for_target(ingested, target, layout, winograd)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
     built = set(task_of.values())
-    tvm_ms = tvm_layer_times(so_path, feeds, threads, runs=runs)
+    tvm_ms, end_to_end, disturbed = consistent_layer_times(so_path, feeds, threads, runs=runs)
     ort_ms = ort_node_times(ingested.model.SerializeToString(), feeds, threads, runs)
 
     per_row: dict[str, float] = {}
@@ -468,13 +520,15 @@ def profile_model(
     # What no kernel accounts for: VM dispatch, allocation, the Python call. Measured on
     # un-instrumented runs, so the hook's own cost is not in it (0 when noise makes the sum of
     # kernels exceed the end-to-end time).
-    end_to_end = tvm_end_to_end_ms(so_path, feeds, threads, runs=runs)
+    shape = f"end to end {end_to_end:.3f} ms"
+    if disturbed:
+        shape += f"; kernels sum to {total:.3f} ms: {DISTURBED_NOTE}"
     rows.append(
         {
-            "layer": OUTSIDE_KERNELS, "op": "", "shape": f"end to end {end_to_end:.3f} ms",
+            "layer": OUTSIDE_KERNELS, "op": "", "shape": shape,
             "onnx_nodes": [], "calls": 0, "flops": 0.0, "ms": max(0.0, end_to_end - total),
             "ort_ms": None, "gflops": None, "pct_peak": None, "share": None,
-            "end_to_end_ms": end_to_end,
+            "end_to_end_ms": end_to_end, "disturbed": disturbed,
         }
     )  # fmt: skip
     rest = sum(ms for name, ms in ort_ms.items() if name not in attributed)

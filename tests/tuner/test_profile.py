@@ -10,8 +10,10 @@ from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.profile import (
+    DISTURBED_EXCESS,
     ORT_OTHER,
     OUTSIDE_KERNELS,
+    least_disturbed,
     ort_node_times,
     profile_model,
 )
@@ -179,6 +181,24 @@ def test_profile_rows_cover_every_anchor_node_once(build, tmp_path):
     kernels = sum(r["ms"] for r in rows if r["share"] is not None)
     assert outside["ms"] == pytest.approx(max(0.0, outside["end_to_end_ms"] - kernels))
     assert outside["end_to_end_ms"] > 0.5 * kernels
+    # A pass that still disagrees with its end-to-end time says so instead of passing for real.
+    agrees = kernels <= (1 + DISTURBED_EXCESS) * outside["end_to_end_ms"]
+    assert outside["disturbed"] is not agrees
+    assert ("kernels sum to" in outside["shape"]) is outside["disturbed"]
+
+
+def test_the_least_disturbed_pass_is_kept_and_flagged_only_when_it_still_disagrees():
+    calm = ({"conv": 30.0, "pool": 4.6}, 34.0)  # +1.8%: the hook's own cost
+    burst = ({"conv": 58.0, "pool": 5.7}, 34.5)  # +85%: a neighbour took the cores
+    assert least_disturbed([burst, calm]) == (1, False)
+    assert least_disturbed([calm, burst]) == (0, False)
+    # Only bursts: the smallest excess is kept, and flagged.
+    worse = ({"conv": 70.0}, 34.0)
+    assert least_disturbed([worse, burst]) == (1, True)
+    # Kernels summing below end to end (time outside kernels) are the best case, not an error.
+    assert least_disturbed([({"conv": 20.0}, 34.0)]) == (0, False)
+    with pytest.raises(ConvtuneError):
+        least_disturbed([])
 
 
 def test_profile_groups_structurally_equal_layers(tmp_path):
