@@ -8,9 +8,10 @@ Two modes:
 - isolated (:func:`isolated_bench`): each contender in its best configuration, alone in a
   process of its own (one subprocess per contender per round, the order rotating from round to
   round); the figure of a contender is the median of its round medians. onnxruntime spins,
-  OpenVINO runs with the LATENCY hint in fp32, our artifact with :data:`TVM_BEST_ENV`. This is
-  the headline comparison: on MobileNetV2 (issue 16, Zen 4) it put convtune 1.65-1.70x behind
-  the best peer where the interleaved one said 1.38x.
+  OpenVINO runs with the LATENCY hint in fp32, our artifact with
+  :data:`~convtune.tuner.child.TVM_BEST_ENV`. This is the headline comparison: on MobileNetV2
+  (issue 16, Zen 4) it put convtune 1.65-1.70x behind the best peer where the interleaved one
+  said 1.38x.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .child import load_feeds, run_child, save_feeds, tvm_process_env
 from .errors import ConvtuneError
 from .options import DEFAULT_LAYOUT, Layout
 from .reference import openvino_runner, openvino_version, ort_session
@@ -236,15 +237,6 @@ def bench_model(
 # isolated: each contender alone in its own process, in its best configuration
 # ---------------------------------------------------------------------------------------------
 
-#: Our artifact's best runtime settings, set in the environment of its own process (TVM reads
-#: them when its thread pool starts). TVM_NUM_THREADS is set to the bench's thread count too.
-#: Empty: TVM 0.27's defaults were the best measured. On a chain of 64 small blocked 1x1 convs
-#: (66 kernels a run, 2 threads, each setting in its own process, 2026-11-30): default (threads
-#: bound to cores, workers spin 300k iterations) 0.44 ms a run; TVM_BIND_THREADS=0 0.61 ms;
-#: TVM_THREAD_POOL_SPIN_COUNT=0 2.0-3.3 ms (a futex wake-up per kernel); spin count 3M 0.39-0.44
-#: ms. onnxruntime ran the same graph in 0.21 ms: ~6.6 vs ~3.2 us per kernel launch.
-TVM_BEST_ENV: dict[str, str] = {}
-
 
 def _contender_runner(
     name: str,
@@ -275,12 +267,10 @@ def _contender_runner(
 def _child_main(spec_json: str) -> None:
     """One contender, one round, in this (fresh) process: print its Stats as one JSON line."""
     spec = json.loads(spec_json)
-    with np.load(spec["feeds"]) as data:
-        feeds = {name: data[f"arr_{i}"] for i, name in enumerate(spec["inputs"])}
     run = _contender_runner(
         spec["contender"],
         Path(spec["model"]).read_bytes(),
-        feeds,
+        load_feeds(spec),
         spec["threads"],
         Path(spec["artifact"]) if spec["artifact"] else None,
     )
@@ -293,30 +283,12 @@ def _child_main(spec_json: str) -> None:
     print(json.dumps(stats[spec["contender"]].as_dict()))
 
 
-def _run_child(spec: dict[str, Any], env: Mapping[str, str], timeout_s: float) -> Stats:
-    cmd = [sys.executable, "-m", "convtune.tuner.bench", json.dumps(spec)]
-    try:
-        done = subprocess.run(
-            cmd, env=dict(env), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise ConvtuneError(
-            f"bench: {spec['contender']} did not finish a round in {timeout_s:.0f} s"
-        ) from None
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConvtuneError(f"bench: {spec['contender']} failed in its own process: {tail}")
-    return Stats(**json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def contender_env(name: str, threads: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a contender's own process: ours gets :data:`TVM_BEST_ENV` and a TVM
-    pool of exactly ``threads`` threads; the peers get the environment as it is."""
-    env = dict(os.environ if base is None else base)
+    """The environment of a contender's own process: ours gets :func:`tvm_process_env`; the
+    peers get the environment as it is."""
     if name == TUNED:
-        env["TVM_NUM_THREADS"] = str(threads)
-        env.update(TVM_BEST_ENV)
-    return env
+        return tvm_process_env(threads, base)
+    return dict(os.environ if base is None else base)
 
 
 def isolated_bench(
@@ -363,13 +335,11 @@ def isolated_bench(
     feeds = random_feeds(ingested.inputs, seed=0)
     per_round: dict[str, list[Stats]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="convtune-bench-") as tmp:
-        model_path, feeds_path = Path(tmp) / "model.onnx", Path(tmp) / "feeds.npz"
+        model_path = Path(tmp) / "model.onnx"
         model_path.write_bytes(ingested.model.SerializeToString())
-        np.savez(feeds_path, *[feeds[s.name] for s in ingested.inputs])
         base = {
+            **save_feeds(Path(tmp), [s.name for s in ingested.inputs], feeds),
             "model": str(model_path),
-            "feeds": str(feeds_path),
-            "inputs": [s.name for s in ingested.inputs],
             "artifact": str(artifact) if artifact is not None else None,
             "threads": threads,
             "warmup": warmup,
@@ -379,8 +349,14 @@ def isolated_bench(
         for r in range(rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
-                env = contender_env(name, threads)
-                per_round[name].append(_run_child({**base, "contender": name}, env, timeout_s))
+                stats = run_child(
+                    "convtune.tuner.bench",
+                    {**base, "contender": name},
+                    what=f"bench: {name}",
+                    env=contender_env(name, threads),
+                    timeout_s=timeout_s,
+                )
+                per_round[name].append(Stats(**stats))
     return _isolated_result(ingested, threads, peak_gflops, peak_source, per_round, notes)
 
 

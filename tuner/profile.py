@@ -19,6 +19,7 @@ import os
 import pathlib
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from convtune.tuner.child import load_feeds, run_child, save_feeds, tvm_process_env
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 from convtune.tuner.reference import ort_session
@@ -396,6 +398,58 @@ def consistent_layer_times(
 
 
 # ---------------------------------------------------------------------------------------------
+# each measurement in a fresh process of its own (see convtune.tuner.child)
+# ---------------------------------------------------------------------------------------------
+
+_TVM_LAYERS, _ORT_NODES = "tvm-layers", "ort-nodes"
+
+
+def _child_main(spec_json: str) -> None:
+    """One measurement of :func:`profile_model` in this fresh process, printed as one JSON line."""
+    spec = json.loads(spec_json)
+    feeds = load_feeds(spec)
+    if spec["kind"] == _TVM_LAYERS:
+        layers, end_to_end, disturbed = consistent_layer_times(
+            spec["library"], feeds, spec["threads"], runs=spec["runs"]
+        )
+        print(json.dumps({"layers": layers, "end_to_end": end_to_end, "disturbed": disturbed}))
+    else:
+        model_bytes = Path(spec["model"]).read_bytes()
+        print(json.dumps(ort_node_times(model_bytes, feeds, spec["threads"], spec["runs"])))
+
+
+def _measure_in_children(
+    ingested: IngestedModel,
+    so_path: Path,
+    feeds: Mapping[str, np.ndarray],
+    threads: int,
+    runs: int,
+) -> tuple[dict[str, float], float, bool, dict[str, float]]:
+    """:func:`consistent_layer_times` of ``so_path`` and :func:`ort_node_times` of the model,
+    each in a new process: (per-kernel ms, end-to-end ms, disturbed, per-ONNX-node ms)."""
+    with tempfile.TemporaryDirectory(prefix="convtune-profile-") as tmp:
+        model_path = Path(tmp) / "model.onnx"
+        model_path.write_bytes(ingested.model.SerializeToString())
+        base = {
+            **save_feeds(Path(tmp), [s.name for s in ingested.inputs], feeds),
+            "threads": threads,
+            "runs": runs,
+        }
+        tvm = run_child(
+            "convtune.tuner.profile",
+            {**base, "kind": _TVM_LAYERS, "library": str(so_path)},
+            what="profile: the TVM layers",
+            env=tvm_process_env(threads),
+        )
+        ort_ms = run_child(
+            "convtune.tuner.profile",
+            {**base, "kind": _ORT_NODES, "model": str(model_path)},
+            what="profile: onnxruntime's nodes",
+        )
+    return tvm["layers"], tvm["end_to_end"], tvm["disturbed"], ort_ms
+
+
+# ---------------------------------------------------------------------------------------------
 # model-level profile: TVM layers mapped to ONNX nodes, next to onnxruntime's nodes
 # ---------------------------------------------------------------------------------------------
 
@@ -470,8 +524,9 @@ def profile_model(
         relax_model = model_for_target(ingested, target, layout, winograd)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
     built = set(task_of.values())
-    tvm_ms, end_to_end, disturbed = consistent_layer_times(so_path, feeds, threads, runs=runs)
-    ort_ms = ort_node_times(ingested.model.SerializeToString(), feeds, threads, runs)
+    tvm_ms, end_to_end, disturbed, ort_ms = _measure_in_children(
+        ingested, so_path, feeds, threads, runs
+    )
 
     per_row: dict[str, float] = {}
     for symbol, ms in tvm_ms.items():
@@ -540,3 +595,7 @@ def profile_model(
         }
     )  # fmt: skip
     return rows
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])

@@ -302,3 +302,14 @@ def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
     feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
     times = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
     assert times["up"] > 0 and times["down"] > 0
+
+
+def test_a_library_that_does_not_load_is_a_clear_error(tmp_path):
+    # The layers are timed in a process of their own; its failure must reach the caller as a
+    # ConvtuneError naming the measurement, not as a child's traceback or a hang.
+    model = three_conv_cnn()
+    ingested = load_model(model.SerializeToString())
+    broken = tmp_path / "model.so"
+    broken.write_bytes(b"\x7fELF not really a library")
+    with pytest.raises(ConvtuneError, match="profile: the TVM layers failed in its own process"):
+        profile_model(ingested, broken, target=make_target(None), threads=1, peak_gflops=1.0)
