@@ -55,6 +55,10 @@ class Timing(StrEnum):
     #: Every argument but the first (the input) flushed from the caches before each run, as in
     #: a model, where a layer's weights come from memory: tuner/search.py's ``EVALUATOR``.
     COLD_WEIGHTS = "cold-weights"
+    #: A re-measurement of one of a workload's fastest records, timed as it was but in rounds
+    #: beside the workload's other fastest records, ``mean_sec`` the median of the rounds
+    #: (tuner/confirm.py). Only the build's choice of a record reads these.
+    CONFIRMED = "confirmed"
 
 
 #: The protocol new trials are timed under, and the only one the search and the build read.
@@ -220,6 +224,11 @@ class TuningRecordRow(_Row, Base):
     timing: Mapped[str] = mapped_column(
         String(32), default=CURRENT_TIMING.value, server_default=Timing.WARM.value
     )
+
+    @classmethod
+    def trials(cls) -> ColumnElement[bool]:
+        """The filter to the search's trials, under any timing: not the confirmations."""
+        return cls.timing != Timing.CONFIRMED.value
 
     @classmethod
     def timed(cls, timing: Timing = CURRENT_TIMING) -> ColumnElement[bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -125,6 +126,10 @@ class SQLDatabase(PyDatabase):
       and every record it reads, counts or samples is one of that protocol: times taken warm
       and cold are not comparable, so records of another protocol are invisible here (a workload
       tuned warm is tuned again, cold, as if new).
+    - A confirmation (:meth:`record_confirmation`) re-measures a few of a workload's fastest
+      records side by side and stores each as a new record timed :attr:`Timing.CONFIRMED`;
+      ``query_tuning_record`` (the build) and :meth:`chosen_record` prefer the fastest confirmed
+      record until a newer successful trial of the workload is recorded.
     - ``Workload`` objects are cached per instance (the workload table only grows); tuning
       records are always read from the database, so records added by other processes are seen.
     """
@@ -291,9 +296,17 @@ class SQLDatabase(PyDatabase):
 
     # ----- tuning records -----------------------------------------------------------------
 
-    def _insert_record(self, workload_id: int, **fields: Any) -> int:
+    def _insert_record(
+        self,
+        workload_id: int,
+        *,
+        mean_sec: float | None = None,
+        timing: Timing | None = None,
+        **fields: Any,
+    ) -> int:
         run_secs = fields.get("run_secs")
-        mean_sec = None if fields.get("error") is not None else mean_run_sec(run_secs)
+        if mean_sec is None and fields.get("error") is None:
+            mean_sec = mean_run_sec(run_secs)
         flops = fields.pop("flops", None)
         if flops is None:
             flops = self._flops.get(workload_id)
@@ -302,7 +315,7 @@ class SQLDatabase(PyDatabase):
             workload_id=workload_id,
             mean_sec=mean_sec,
             gflops=gflops,
-            timing=self._timing.value,
+            timing=(timing or self._timing).value,
             **fields,
         )
         with self._sessions() as session, session.begin():
@@ -345,6 +358,58 @@ class SQLDatabase(PyDatabase):
             flops=flops,
             device=device,
         )
+
+    def record_confirmation(self, row: TuningRecordRow, round_secs: Sequence[float]) -> int:
+        """Store a re-measurement of ``row`` (its trace, args and space): ``round_secs`` are its
+        times in rounds taken beside the workload's other fastest records, ``mean_sec`` their
+        median, the timing :attr:`Timing.CONFIRMED`. The search and the cost model never read
+        it; :meth:`chosen_record` does. Returns the new row's id."""
+        if not round_secs:
+            raise ValueError("a confirmation needs at least one round")
+        return self._insert_record(
+            row.workload_id,
+            mean_sec=float(statistics.median(round_secs)),
+            timing=Timing.CONFIRMED,
+            trace=row.trace,
+            run_secs=[float(v) for v in round_secs],
+            target=row.target,
+            args_info=row.args_info,
+            error=None,
+            trial_index=None,
+            space=row.space,
+            job_id=row.job_id,
+            device=row.device,
+        )
+
+    def _last_trial_id(self, workload_id: int) -> int:
+        query = select(func.max(TuningRecordRow.id)).where(
+            TuningRecordRow.workload_id == workload_id,
+            TuningRecordRow.mean_sec.is_not(None),
+            self._timed_alike,
+        )
+        with self._sessions() as session:
+            return session.scalar(query) or 0
+
+    def confirmed_record(self, workload_id: int) -> TuningRecordRow | None:
+        """The fastest record of the workload's latest confirmation, if no successful trial was
+        recorded after it (a newer trial may beat what was confirmed); else None."""
+        query = (
+            select(TuningRecordRow)
+            .where(
+                TuningRecordRow.workload_id == workload_id,
+                TuningRecordRow.timing == Timing.CONFIRMED.value,
+                TuningRecordRow.id > self._last_trial_id(workload_id),
+            )
+            .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
+            .limit(1)
+        )
+        with self._sessions() as session:
+            return session.scalars(query).first()
+
+    def chosen_record(self, workload_id: int) -> TuningRecordRow | None:
+        """The record a build uses: :meth:`confirmed_record` when there is one, else
+        :meth:`best_record` (the fastest single measurement)."""
+        return self.confirmed_record(workload_id) or self.best_record(workload_id)
 
     def commit_tuning_record(self, record: TuningRecord) -> None:
         workload_id = self._id_of(record.workload, commit=True)
@@ -389,7 +454,9 @@ class SQLDatabase(PyDatabase):
             except Exception:
                 continue
 
-    def _top_rows(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
+    def fastest_records(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
+        """The ``top_k`` fastest successful trials of ``workload_id`` under this database's
+        timing, fastest first (ties: the earliest)."""
         query = (
             select(TuningRecordRow)
             .where(
@@ -409,11 +476,11 @@ class SQLDatabase(PyDatabase):
         workload_id = self._id_of(workload, commit=False)
         if workload_id is None:
             return []
-        return list(self._replayable(self._top_rows(workload_id, top_k), workload.mod))
+        return list(self._replayable(self.fastest_records(workload_id, top_k), workload.mod))
 
     def best_record(self, workload_id: int) -> TuningRecordRow | None:
         """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""
-        rows = self._top_rows(workload_id, 1)
+        rows = self.fastest_records(workload_id, 1)
         return rows[0] if rows else None
 
     def mark_exhausted(self, workload_id: int, key: str) -> None:
@@ -574,8 +641,12 @@ class SQLDatabase(PyDatabase):
         workload_id = self._find(mod, str(tvm_ffi.structural_hash(mod)))
         if workload_id is None:
             return None
-        # The fastest record whose trace replays; a few more rows in case the first do not.
-        rows = self._top_rows(workload_id, QUERY_CANDIDATES)
+        # The chosen record (confirmed, else the fastest) if its trace replays; then the fastest
+        # few in case it does not.
+        chosen = self.chosen_record(workload_id)
+        rows = ([chosen] if chosen is not None else []) + self.fastest_records(
+            workload_id, QUERY_CANDIDATES
+        )
         return next(self._replayable(rows, mod), None)
 
     def query_schedule(

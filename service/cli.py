@@ -22,7 +22,7 @@ from convtune.service.cli_common import (
 )
 from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
-from convtune.service.progress import TuneProgress
+from convtune.service.progress import PHASE_EVENTS, TuneProgress
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 
@@ -169,7 +169,7 @@ class Progress:
             self.live.update(self._render())
         elif kind == "trial_batch":
             print(self.state.batch_line(), flush=True)
-        elif kind in ("search_planned", "build_started", "verified"):
+        elif kind in PHASE_EVENTS:
             print(f"{self.state.phase} · {self.state.summary()}", flush=True)
 
 

@@ -15,6 +15,10 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+#: Events that move a job to its next phase: the CLI and the worker log a line for each.
+PHASE_EVENTS = ("search_planned", "confirmed", "build_started", "verified")
+
+
 @dataclass
 class TuneProgress:
     """Trials done / planned, elapsed, budget left and an ETA, updated by ``update(kind, payload)``.
@@ -41,6 +45,8 @@ class TuneProgress:
         elif kind == "trial_batch":
             self.per_task[int(payload["task_index"])] = payload
             self.last = payload
+        elif kind == "confirmed":
+            self.phase = f"confirmed: {payload.get('summary', '')}"
         elif kind == "build_started":
             self.phase = f"building ({payload.get('trials_measured', 0)} trials measured)"
             self.searching = False

@@ -41,7 +41,7 @@ from convtune.db.models import JobRow, JobStatus, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
-from convtune.service.progress import TuneProgress
+from convtune.service.progress import PHASE_EVENTS, TuneProgress
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
@@ -314,7 +314,7 @@ class Worker:
             progress.update(kind, payload)
             if kind == "trial_batch":
                 log.info("job %d: %s", job_id, progress.batch_line())
-            elif kind in ("search_planned", "build_started", "verified"):
+            elif kind in PHASE_EVENTS:
                 log.info("job %d: %s · %s", job_id, progress.phase, progress.summary())
             # The search has returned; stop here rather than build an artifact nobody wants
             # (a job at its time cap is wanted: it builds what it found).

@@ -17,11 +17,12 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from tvm.target import Target
 
-from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow
+from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow, Timing
 from convtune.db.ms_database import SQLDatabase
 
 from .algorithms import choose_winograd, memory_bandwidth
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
+from .confirm import confirm_tasks, summary_line
 from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from .fleet import FleetUnavailable, find_fleet
 from .ingest import IngestedModel
@@ -120,10 +121,11 @@ def _spec_dict(spec: Any) -> dict[str, Any]:
 
 
 def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
-    """Per task: what it implements and the best measurement recorded so far."""
+    """Per task: what it implements and the record a build uses (``confirmed`` when it was
+    re-measured beside its rivals, tuner/confirm.py; else the fastest single measurement)."""
     rows = []
     for task, wid in zip(prepared.tasks, prepared.workload_ids, strict=True):
-        best = prepared.database.best_record(wid)
+        best = prepared.database.chosen_record(wid)
         rows.append(
             {
                 **task.as_dict(),
@@ -133,6 +135,7 @@ def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
                 "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
                 "best_gflops": best.gflops if best is not None else None,
                 "space": best.space if best is not None else None,
+                "confirmed": best is not None and best.timing == Timing.CONFIRMED,
             }
         )
     return rows
@@ -236,6 +239,19 @@ def tune_model(
     )
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
+    if fleet is None:  # a fleet's kernels are timed on its devices, not here
+        confirmed = confirm_tasks(
+            prepared.tasks,
+            prepared.workload_ids,
+            prepared.database,
+            prepared.target,
+            threads=threads,
+            should_stop=should_stop,
+        )
+        emit(
+            "confirmed",
+            {"summary": summary_line(confirmed), "tasks": [c.as_dict() for c in confirmed]},
+        )
     layers = layer_figures(prepared)
     winograd = choose_winograd(
         prepared.tasks,

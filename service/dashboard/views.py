@@ -462,7 +462,7 @@ def convergence(
             TuningRecordRow.gflops,
             TuningRecordRow.error,
         )
-        .where(TuningRecordRow.workload_id.in_(sorted(names)))
+        .where(TuningRecordRow.workload_id.in_(sorted(names)), TuningRecordRow.trials())
         .order_by(TuningRecordRow.id)
     )
     if job is not None:
@@ -523,7 +523,7 @@ def layer_detail(
             TuningRecordRow.gflops,
             TuningRecordRow.error,
         )
-        .where(TuningRecordRow.workload_id == workload_id)
+        .where(TuningRecordRow.workload_id == workload_id, TuningRecordRow.trials())
         .order_by(TuningRecordRow.id)
     ).all()
     # Wall-clock from the start of the job that measured the first trial, if it is known.
@@ -535,7 +535,11 @@ def layer_detail(
     trials = series.trials_from_rows([tuple(r) for r in rows], start=start)
     best_row = session.scalars(
         select(TuningRecordRow)
-        .where(TuningRecordRow.workload_id == workload_id, TuningRecordRow.mean_sec.is_not(None))
+        .where(
+            TuningRecordRow.workload_id == workload_id,
+            TuningRecordRow.mean_sec.is_not(None),
+            TuningRecordRow.trials(),
+        )
         .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
         .limit(1)
     ).first()

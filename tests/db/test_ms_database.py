@@ -338,3 +338,42 @@ def test_concurrent_commits_of_one_module_store_one_row(db_engine, db_url):
     assert errors == []
     assert len(set(ids)) == 1 and len(ids) == writers
     assert _count(db_engine, WorkloadRow) == 1
+
+
+def test_a_confirmation_is_chosen_by_the_build_until_a_newer_trial(db_engine):
+    db = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    wid = db.workload_id(mod)
+    info = [a.as_json() for a in args_info(mod)]
+
+    def trial(inner: int, secs: float) -> int:
+        trace = tiled_schedule(mod, inner=inner).trace.as_json()
+        return db.record_trial(
+            wid, trace_json=trace, run_secs=[secs], args_info_json=info, error=None,
+            trial_index=None, space="test", job_id=3, flops=None,
+        )  # fmt: skip
+
+    lucky, steady = trial(8, 1e-5), trial(16, 1.1e-5)
+    assert db.chosen_record(wid).id == lucky and db.confirmed_record(wid) is None
+    rows = db.fastest_records(wid, 2)
+    # Side by side, the lucky one is the slower.
+    db.record_confirmation(rows[0], [3e-5, 2.9e-5, 9e-5])
+    db.record_confirmation(rows[1], [2e-5, 2.1e-5, 1.9e-5])
+    chosen = db.chosen_record(wid)
+    assert chosen.timing == Timing.CONFIRMED.value
+    assert chosen.mean_sec == pytest.approx(2e-5)  # the median round
+    assert chosen.trace == rows[1].trace and chosen.space == "test" and chosen.job_id == 3
+    built = db.query_tuning_record(mod, TARGET, "main")
+    assert str(built.trace) == str(tiled_schedule(mod, inner=16).trace)
+    # The search and the cost model never see a confirmation.
+    assert db.best_record(wid).id == lucky
+    assert [r.id for r in db.fastest_records(wid, 5)] == [lucky, steady]
+    assert db.count_trials(wid) == 2 and len(db) == 2
+    assert len(db.sample_records(top_k=5, random_k=5)) == 2
+    # A newer trial may beat what was confirmed: the fastest single measurement is back.
+    newer = trial(32, 1.5e-5)
+    assert db.confirmed_record(wid) is None
+    assert db.chosen_record(wid).id == lucky
+    assert newer > lucky
+    with pytest.raises(ValueError):
+        db.record_confirmation(rows[0], [])

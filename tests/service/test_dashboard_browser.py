@@ -318,7 +318,7 @@ def _trials_in_db(dash: Service, workload_id: int) -> int:
         with engine.connect() as conn:
             return conn.scalar(
                 select(func.count(TuningRecordRow.id)).where(
-                    TuningRecordRow.workload_id == workload_id
+                    TuningRecordRow.workload_id == workload_id, TuningRecordRow.trials()
                 )
             )
     finally:

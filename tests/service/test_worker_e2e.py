@@ -68,7 +68,7 @@ def job_records(url: str, job_id: int) -> list[tuple[int, int, str]]:
         with engine.connect() as conn:
             rows = conn.execute(
                 select(TuningRecordRow.id, TuningRecordRow.workload_id, TuningRecordRow.trace)
-                .where(TuningRecordRow.job_id == job_id)
+                .where(TuningRecordRow.job_id == job_id, TuningRecordRow.trials())
                 .order_by(TuningRecordRow.id)
             ).all()
     finally:

@@ -1,0 +1,95 @@
+"""Confirmation: a task's fastest records re-measured side by side before the build."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from convtune.db.models import CURRENT_TIMING, Timing, TuningRecordRow
+from convtune.tuner.confirm import CONFIRM_WITHIN, _alternative_groups, summary_line
+from convtune.tuner.ingest import load_model
+from convtune.tuner.options import TuneOptions
+from convtune.tuner.pipeline import tune_model
+from tests.models import three_conv_cnn, to_bytes
+
+
+def test_a_convs_alternatives_are_measured_together_and_other_tasks_alone():
+    tasks = [
+        SimpleNamespace(convs=[0]),  # conv 0 direct
+        SimpleNamespace(convs=[1, 3]),  # convs 1 and 3 share a direct task
+        SimpleNamespace(convs=[]),  # pooling
+        SimpleNamespace(convs=[0]),  # conv 0 as Winograd F(2×2)
+        SimpleNamespace(convs=[3]),  # conv 3 alone as Winograd: joins 1 and 3
+        SimpleNamespace(convs=[2]),
+        SimpleNamespace(convs=[0]),  # conv 0 as Winograd F(4×4)
+    ]
+    assert sorted(_alternative_groups(tasks)) == [[0, 3, 6], [1, 4], [2], [5]]
+    # A task that bridges two groups found earlier merges them.
+    bridged = [SimpleNamespace(convs=c) for c in ([0], [1], [0, 1])]
+    assert _alternative_groups(bridged) == [[0, 1, 2]]
+
+
+def _rows(engine, timing: Timing) -> list[TuningRecordRow]:
+    with Session(engine) as session:
+        query = select(TuningRecordRow).where(TuningRecordRow.timing == timing.value)
+        return list(session.scalars(query.order_by(TuningRecordRow.id)))
+
+
+@pytest.mark.slow
+def test_the_build_uses_the_confirmed_records_and_a_rebuild_keeps_them(tmp_path, sqlite_engine):
+    db_engine = sqlite_engine  # the storage contract is tested on PostgreSQL in tests/db
+    ingested = load_model(to_bytes(three_conv_cnn()), name="cnn3")
+    events: list[tuple[str, dict]] = []
+    result = tune_model(
+        ingested,
+        tmp_path / "a",
+        TuneOptions(trials_per_task=6, seed=2),
+        engine=db_engine,
+        on_event=lambda kind, payload: events.append((kind, payload)),
+    )
+    confirmed = dict(events)["confirmed"]
+    assert [kind for kind, _ in events].index("confirmed") < [k for k, _ in events].index(
+        "build_started"
+    )
+    assert confirmed["tasks"], "six trials per task left no task with a rival to confirm"
+    assert confirmed["summary"].startswith(f"{len(confirmed['tasks'])} task(s) re-measured")
+    stored = _rows(db_engine, Timing.CONFIRMED)
+    assert len(stored) == sum(t["candidates"] for t in confirmed["tasks"])
+    trials = {row.id: row for row in _rows(db_engine, CURRENT_TIMING)}
+    layers = {row["workload_id"]: row for row in result.manifest["layers"]}
+    for task in confirmed["tasks"]:
+        layer = layers[task["workload_id"]]
+        # The build took the confirmed figure and record, re-measured from one of the trials.
+        assert layer["confirmed"] is True
+        assert layer["best_ms"] == pytest.approx(task["confirmed_ms"])
+        chosen = next(row for row in stored if row.id == layer["record_id"])
+        fastest = min(
+            (r for r in trials.values() if r.workload_id == task["workload_id"] and r.mean_sec),
+            key=lambda r: (r.mean_sec, r.id),
+        )
+        assert task["recorded_ms"] == pytest.approx(fastest.mean_sec * 1e3)
+        assert (chosen.trace != fastest.trace) is task["changed"]
+        mine = [r for r in stored if r.workload_id == task["workload_id"]]
+        assert chosen.mean_sec == min(r.mean_sec for r in mine)
+        # Only rivals near the fastest were compiled again.
+        sources = [r for r in trials.values() if any(r.trace == m.trace for m in mine)]
+        assert all(r.mean_sec <= CONFIRM_WITHIN * fastest.mean_sec for r in sources)
+    assert result.manifest["verification"]["passed"] is True
+
+    # Nothing new measured: nothing re-measured, the same records, the same library.
+    events.clear()
+    again = tune_model(
+        ingested,
+        tmp_path / "b",
+        TuneOptions(trials_per_task=6, seed=2),
+        engine=db_engine,
+        on_event=lambda kind, payload: events.append((kind, payload)),
+    )
+    assert dict(events)["confirmed"]["tasks"] == []
+    assert dict(events)["confirmed"]["summary"] == summary_line([])
+    assert len(_rows(db_engine, Timing.CONFIRMED)) == len(stored)
+    assert again.manifest["build_key"] == result.manifest["build_key"]
+    assert again.manifest["reused_from_artifact"] == result.artifact_id
