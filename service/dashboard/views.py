@@ -613,7 +613,7 @@ def _trials_page(
             TuningRecordRow.error,
             TuningRecordRow.created_at,
         )
-        .where(TuningRecordRow.workload_id == workload_id)
+        .where(TuningRecordRow.workload_id == workload_id, TuningRecordRow.trials())
         .order_by(TuningRecordRow.id)
         .offset((page - 1) * per_page)
         .limit(per_page)
