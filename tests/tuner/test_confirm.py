@@ -10,10 +10,11 @@ from sqlalchemy.orm import Session
 
 from convtune.db.models import CURRENT_TIMING, Timing, TuningRecordRow
 from convtune.tuner.confirm import CONFIRM_WITHIN, _alternative_groups, summary_line
+from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
-from tests.models import three_conv_cnn, to_bytes
+from tests.models import conv_net, three_conv_cnn, to_bytes
 
 
 def test_a_convs_alternatives_are_measured_together_and_other_tasks_alone():
@@ -93,3 +94,27 @@ def test_the_build_uses_the_confirmed_records_and_a_rebuild_keeps_them(tmp_path,
     assert len(_rows(db_engine, Timing.CONFIRMED)) == len(stored)
     assert again.manifest["build_key"] == result.manifest["build_key"]
     assert again.manifest["reused_from_artifact"] == result.artifact_id
+
+
+@pytest.mark.slow
+def test_a_confirmation_that_fails_leaves_the_build_to_the_fastest_trials(
+    tmp_path, sqlite_engine, monkeypatch
+):
+    # Fault injection: the measuring child dies (as a kernel that crashes on load would make it).
+    def dies(*args, **kwargs):
+        raise ConvtuneError("confirm: the fastest kernels failed in its own process: killed")
+
+    monkeypatch.setattr("convtune.tuner.pipeline.confirm_tasks", dies)
+    events: list[tuple[str, dict]] = []
+    result = tune_model(
+        load_model(to_bytes(conv_net(in_channels=4, out_channels=8)), name="c"),
+        tmp_path / "out",
+        TuneOptions(trials_per_task=3),
+        engine=sqlite_engine,
+        on_event=lambda kind, payload: events.append((kind, payload)),
+    )
+    said = dict(events)["confirmed"]
+    assert said["tasks"] == [] and said["summary"].startswith("not confirmed (confirm: the")
+    assert result.manifest["verification"]["passed"] is True
+    assert not any(layer["confirmed"] for layer in result.manifest["layers"])
+    assert _rows(sqlite_engine, Timing.CONFIRMED) == []
