@@ -31,6 +31,7 @@ from .child import run_child, tvm_process_env
 if TYPE_CHECKING:
     from tvm.target import Target
 
+    from convtune.db.models import TuningRecordRow
     from convtune.db.ms_database import SQLDatabase
 
     from .extract import ModelTask
@@ -123,7 +124,7 @@ def _alternative_groups(tasks: Sequence[ModelTask]) -> list[list[int]]:
 @dataclass
 class _Candidate:
     index: int  # the task's
-    row: Any  # TuningRecordRow
+    row: TuningRecordRow
     library: str | None = None
 
 
