@@ -97,6 +97,14 @@ def _estimate_flops(mod: IRModule) -> float | None:
     return flops if flops > 0 else None
 
 
+def _replayed(record: TuningRecord) -> Schedule:
+    """A fresh schedule of the record's own workload with its trace applied: the workload the
+    trace was read against, since a trace names blocks (see :meth:`SQLDatabase.tuning_record`)."""
+    sch = Schedule(record.workload.mod, error_render_level="detail")
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
+
+
 @derived_object
 class SQLDatabase(PyDatabase):
     """A MetaSchedule ``Database`` whose storage is convtune's SQL tables, bound to one target.
@@ -443,6 +451,14 @@ class SQLDatabase(PyDatabase):
                 raise
             return TuningRecord.from_json(plain, Workload(mod))
 
+    def replayed_schedule(
+        self, row: TuningRecordRow, mod: IRModule | None = None
+    ) -> Schedule | None:
+        """The schedule of ``row``: its trace replayed on the workload it fits (the stored one,
+        else ``mod``, as in :meth:`tuning_record`), or None when it fits neither."""
+        record = next(self._replayable([row], mod), None)
+        return None if record is None else _replayed(record)
+
     def _replayable(
         self, rows: Sequence[TuningRecordRow], mod: IRModule | None
     ) -> Iterator[TuningRecord]:
@@ -653,11 +669,7 @@ class SQLDatabase(PyDatabase):
         self, mod: IRModule, target: Target, workload_name: str | None = None
     ) -> Schedule | None:
         record = self.query_tuning_record(mod, target, workload_name)
-        if record is None:
-            return None
-        sch = Schedule(record.workload.mod, error_render_level="detail")
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
-        return sch
+        return None if record is None else _replayed(record)
 
     def query_ir_module(
         self, mod: IRModule, target: Target, workload_name: str | None = None

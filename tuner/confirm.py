@@ -147,7 +147,6 @@ def confirm_tasks(
     nothing new measured chooses what it chose before. A candidate that no longer compiles is
     left out; a group left with one candidate is not confirmed.
     """
-    from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from .builder import CandidateBuilder
@@ -163,14 +162,13 @@ def confirm_tasks(
             if rows:
                 bound = CONFIRM_WITHIN * rows[0].mean_sec
                 chosen += [_Candidate(i, row) for row in rows if row.mean_sec <= bound]
-        if len(chosen) < 2:
+        # A trace that no longer replays (a space changed since) is no candidate.
+        schedules = [database.replayed_schedule(c.row, tasks[c.index].mod) for c in chosen]
+        replayable = [(c, sch) for c, sch in zip(chosen, schedules, strict=True) if sch is not None]
+        if len(replayable) < 2:
             continue
-        for c in chosen:
-            sch = Schedule(tasks[c.index].mod)
-            record = database.tuning_record(c.row, tasks[c.index].mod)
-            record.trace.apply_to_schedule(sch, remove_postproc=False)
-            mods.append(sch.mod)
-        plans.append(chosen)
+        mods += [sch.mod for _, sch in replayable]
+        plans.append([c for c, _ in replayable])
     if not plans:
         return []
     builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))
@@ -185,10 +183,10 @@ def confirm_tasks(
         ok = [c for c in plan if c.library is not None]
         if len(ok) >= 2:
             groups.append(ok)
-    if not groups or (should_stop is not None and should_stop()):
-        return []
-    spec = [[{"library": c.library, "args_info": c.row.args_info} for c in g] for g in groups]
     try:
+        if not groups or (should_stop is not None and should_stop()):
+            return []
+        spec = [[{"library": c.library, "args_info": c.row.args_info} for c in g] for g in groups]
         timed = run_child(
             "convtune.tuner.confirm",
             {"groups": spec, "threads": threads, "rounds": rounds},
@@ -196,7 +194,7 @@ def confirm_tasks(
             env=tvm_process_env(threads),
             timeout_s=60.0 + 5.0 * rounds * sum(len(g) for g in groups),
         )
-    finally:
+    finally:  # every built candidate, measured or not
         for plan in plans:
             for c in plan:
                 if c.library is not None:

@@ -377,3 +377,27 @@ def test_a_confirmation_is_chosen_by_the_build_until_a_newer_trial(db_engine):
     assert newer > lucky
     with pytest.raises(ValueError):
         db.record_confirmation(rows[0], [])
+
+
+def test_a_record_replays_on_the_function_its_trace_names_or_is_no_schedule(db_engine):
+    # Twins share a workload row (stored: the first, block "C"); a trace names its own blocks.
+    first, twin = matmul(64), matmul(64, name="D")
+    db = SQLDatabase(db_engine, TARGET)
+    wid = db.workload_id(first)
+    assert db.workload_id(twin) == wid
+    info = [a.as_json() for a in args_info(first)]
+    common = {
+        "run_secs": [1e-5], "args_info_json": info, "error": None, "trial_index": None,
+        "space": "test", "job_id": None, "flops": None,
+    }  # fmt: skip
+    for mod, name in ((first, "C"), (twin, "D")):
+        db.record_trial(wid, trace_json=tiled_schedule(mod, name=name).trace.as_json(), **common)
+    on_first, on_twin = db.fastest_records(wid, 2)
+    # A trace of the stored function replays on it, whichever function asks.
+    for asking in (None, twin):
+        sch = db.replayed_schedule(on_first, asking)
+        assert tvm_ffi.structural_equal(sch.mod, tiled_schedule(first, name="C").mod)
+    # The twin's trace replays on the twin only; with no function to try it is no schedule.
+    sch = db.replayed_schedule(on_twin, twin)
+    assert tvm_ffi.structural_equal(sch.mod, tiled_schedule(twin, name="D").mod)
+    assert db.replayed_schedule(on_twin) is None
