@@ -13,7 +13,7 @@ from convtune.tuner.confirm import CONFIRM_WITHIN, _alternative_groups, summary_
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
-from convtune.tuner.pipeline import tune_model
+from convtune.tuner.pipeline import TuneResult, tune_model
 from tests.models import conv_net, three_conv_cnn, to_bytes
 
 
@@ -39,22 +39,23 @@ def _rows(engine, timing: Timing) -> list[TuningRecordRow]:
         return list(session.scalars(query.order_by(TuningRecordRow.id)))
 
 
+def _tune(ingested, out, engine, options: TuneOptions) -> tuple[TuneResult, list[str], dict]:
+    """``tune_model`` with its events kept: (result, event kinds in order, last payload by kind)."""
+    events: list[tuple[str, dict]] = []
+    result = tune_model(
+        ingested, out, options, engine=engine, on_event=lambda k, p: events.append((k, p))
+    )
+    return result, [kind for kind, _ in events], dict(events)
+
+
 @pytest.mark.slow
 def test_the_build_uses_the_confirmed_records_and_a_rebuild_keeps_them(tmp_path, sqlite_engine):
     db_engine = sqlite_engine  # the storage contract is tested on PostgreSQL in tests/db
     ingested = load_model(to_bytes(three_conv_cnn()), name="cnn3")
-    events: list[tuple[str, dict]] = []
-    result = tune_model(
-        ingested,
-        tmp_path / "a",
-        TuneOptions(trials_per_task=6, seed=2),
-        engine=db_engine,
-        on_event=lambda kind, payload: events.append((kind, payload)),
-    )
-    confirmed = dict(events)["confirmed"]
-    assert [kind for kind, _ in events].index("confirmed") < [k for k, _ in events].index(
-        "build_started"
-    )
+    options = TuneOptions(trials_per_task=6, seed=2)
+    result, kinds, payloads = _tune(ingested, tmp_path / "a", db_engine, options)
+    confirmed = payloads["confirmed"]
+    assert kinds.index("confirmed") < kinds.index("build_started")
     assert confirmed["tasks"], "six trials per task left no task with a rival to confirm"
     assert confirmed["summary"].startswith(f"{len(confirmed['tasks'])} task(s) re-measured")
     stored = _rows(db_engine, Timing.CONFIRMED)
@@ -81,16 +82,9 @@ def test_the_build_uses_the_confirmed_records_and_a_rebuild_keeps_them(tmp_path,
     assert result.manifest["verification"]["passed"] is True
 
     # Nothing new measured: nothing re-measured, the same records, the same library.
-    events.clear()
-    again = tune_model(
-        ingested,
-        tmp_path / "b",
-        TuneOptions(trials_per_task=6, seed=2),
-        engine=db_engine,
-        on_event=lambda kind, payload: events.append((kind, payload)),
-    )
-    assert dict(events)["confirmed"]["tasks"] == []
-    assert dict(events)["confirmed"]["summary"] == summary_line([])
+    again, _, payloads = _tune(ingested, tmp_path / "b", db_engine, options)
+    assert payloads["confirmed"]["tasks"] == []
+    assert payloads["confirmed"]["summary"] == summary_line([])
     assert len(_rows(db_engine, Timing.CONFIRMED)) == len(stored)
     assert again.manifest["build_key"] == result.manifest["build_key"]
     assert again.manifest["reused_from_artifact"] == result.artifact_id
@@ -105,15 +99,11 @@ def test_a_confirmation_that_fails_leaves_the_build_to_the_fastest_trials(
         raise ConvtuneError("confirm: the fastest kernels failed in its own process: killed")
 
     monkeypatch.setattr("convtune.tuner.pipeline.confirm_tasks", dies)
-    events: list[tuple[str, dict]] = []
-    result = tune_model(
-        load_model(to_bytes(conv_net(in_channels=4, out_channels=8)), name="c"),
-        tmp_path / "out",
-        TuneOptions(trials_per_task=3),
-        engine=sqlite_engine,
-        on_event=lambda kind, payload: events.append((kind, payload)),
+    ingested = load_model(to_bytes(conv_net(in_channels=4, out_channels=8)), name="c")
+    result, _, payloads = _tune(
+        ingested, tmp_path / "out", sqlite_engine, TuneOptions(trials_per_task=3)
     )
-    said = dict(events)["confirmed"]
+    said = payloads["confirmed"]
     assert said["tasks"] == [] and said["summary"].startswith("not confirmed (confirm: the")
     assert result.manifest["verification"]["passed"] is True
     assert not any(layer["confirmed"] for layer in result.manifest["layers"])
