@@ -18,6 +18,7 @@ from .depthwise_conv import DepthwiseConvSpace
 from .generic import GenericSpace
 from .nchwc_conv import RegisterBlockedConvSpace
 from .nchwc_conv2d import RegisterBlock2DConvSpace
+from .nchwc_kblock import ReductionBlockedConvSpace
 from .stem_conv import StemConvSpace
 from .winograd_nchwc import WinogradConvSpace
 
@@ -25,6 +26,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     GenericSpace(),
     RegisterBlockedConvSpace(),
     RegisterBlock2DConvSpace(),
+    ReductionBlockedConvSpace(),
     DepthwiseConvSpace(),
     StemConvSpace(),
     BlockedPoolSpace(),

@@ -21,6 +21,7 @@ from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace, mark_space
 from convtune.schedules.generic import GenericSpace
 from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
 from convtune.schedules.nchwc_conv2d import RegisterBlock2DConvSpace
+from convtune.schedules.nchwc_kblock import SWEEP_LIMITS, ReductionBlockedConvSpace
 from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
 from convtune.schedules.stem_conv import StemConvSpace
 from convtune.schedules.winograd_nchwc import WinogradConvSpace
@@ -130,17 +131,34 @@ def test_a_new_space_is_searched_and_recorded_through_the_extension_point(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("space", "config", "fewest"),
+    ("space", "config", "fewest", "others"),
     [
-        (RegisterBlockedConvSpace(), dict(in_channels=16, out_channels=16, size=56, kernel=1), 1),
+        (
+            RegisterBlockedConvSpace(),
+            dict(in_channels=16, out_channels=16, size=56, kernel=1),
+            1,
+            (),
+        ),
         # its smallest block spans 2 output-channel chunks or 2 rows
-        (RegisterBlock2DConvSpace(), dict(in_channels=16, out_channels=32, size=56, kernel=1), 2),
-        (StemConvSpace(), dict(in_channels=3, out_channels=16, size=56, kernel=7, pads=3), 1),
+        (
+            RegisterBlock2DConvSpace(),
+            dict(in_channels=16, out_channels=32, size=56, kernel=1),
+            2,
+            (),
+        ),
+        # its chunk and row-sweep tiles have limits of their own
+        (
+            ReductionBlockedConvSpace(),
+            dict(in_channels=512, out_channels=16, size=56, kernel=1),
+            1,
+            SWEEP_LIMITS,
+        ),
+        (StemConvSpace(), dict(in_channels=3, out_channels=16, size=56, kernel=7, pads=3), 1, ()),
     ],
     ids=lambda v: v.name if isinstance(v, ScheduleSpace) else "",
 )
 def test_register_blocks_fit_the_targets_registers(
-    space: ScheduleSpace, config: dict, fewest: int
+    space: ScheduleSpace, config: dict, fewest: int, others: tuple[int, ...]
 ) -> None:
     """The same task (planned for AVX-512, so its loops are alike) gets blocks of at most 28
     accumulators for an AVX-512 target and 14 for an AVX2 one (isa.ACCUMULATORS): the longest
@@ -148,5 +166,5 @@ def test_register_blocks_fit_the_targets_registers(
     task = conv_task({"pads": 0, **config}, space.applies_to, AVX512).mod
     for mcpu, limit in (("znver4", 28), ("znver3", 14)):
         target = Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
-        limits = tile_limits(space, task, target)
+        limits = tile_limits(space, task, target) - set(others)
         assert limits and max(limits) == limit // fewest, (mcpu, limits)

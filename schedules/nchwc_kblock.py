@@ -1,0 +1,145 @@
+"""A reduction-blocked direct conv for blocked convolutions with many input channels: the input
+channels split into chunks outside the spatial tiles, so one chunk's weights stay in L1 while
+every tile of the rows a thread owns streams through.
+
+The 2-D register block (``nchwc_conv2d.py``) runs the whole reduction inside each output tile:
+per tile it reads every input channel's weights for its output-channel group. At 1024 input
+channels and 4 chunks of 16 outputs that is 256 KiB per tile, so the weights stream from L2 (or
+beyond) once per tile. Here each chunk of ``ic_chunk`` input-channel blocks is finished over all
+the thread's tiles before the next starts; the accumulators go back to memory between chunks
+(the output region of a thread's group, which stays in L1/L2)::
+
+    parallel for oc_outer, oh_par:
+        out[group, rows] = 0
+        for chunk in ic_chunks:                         # a chunk's weights stay in L1
+            for row, col (the tiles of the rows):
+                acc = out[tile]                         # registers
+                for ic in chunk, kh, kw, ic_inner:
+                    for r, j: x = broadcast(input[...]); acc[c, r, j] += x * w[c]
+                out[tile] = acc
+        epilogue(out[group, rows])                      # bias, ReLU, residual: once
+
+Measured on an Ice Lake Xeon (2026-12-01, 2 threads, weights flushed before each run, fixed
+knobs against the 2-D block's best of the same): 1024→256 1×1 at 14×14 0.725 ms against 0.830,
+2048→512 1×1 at 7×7 0.77 against 0.89, 512→512 3×3 at 7×7 1.59 against 1.78; at 56×56 with 256
+input channels it lost (0.69 against 0.56), so the space is offered from ``MIN_INPUT_BLOCKS``
+input-channel blocks on and the search decides per layer.
+
+Knobs: ``oc_inner`` and ``oh_inner`` (one design space per pair), and three sampled tiles: the
+columns of the register block, how the row tiles split between the parallel loop and the
+chunk's sweep, and how many input-channel blocks a chunk has.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import ClassVar
+
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
+from tvm.target import Target
+
+from .base import ScheduleSpace
+from .nchwc_conv import (
+    CONV_BLOCK,
+    MAX_REGISTER_BLOCK,
+    conv_and_epilogue,
+    epilogue_at,
+    input_channel_block,
+    parallel_vectorize,
+    register_block_space,
+)
+from .nchwc_conv2d import OC_BLOCKS, ROW_BLOCKS, conv_extents
+
+SPACE_NAME = "nchwc-kblock"
+#: Input-channel blocks a conv needs for this space (512 channels in blocks of 16): below it the
+#: whole reduction's weights of a group fit in L2 and the chunks only add accumulator traffic.
+MIN_INPUT_BLOCKS = 32
+#: The most input-channel blocks in one chunk: 256 channels, whose weights for 4 output chunks of
+#: a 1×1 conv are 64 KiB (the measured best chunks were 4-16 blocks).
+MAX_CHUNK_BLOCKS = 16
+#: The most row tiles one chunk sweeps before the next chunk starts (ResNets have at most 56).
+MAX_SWEEP_ROWS = 64
+#: The tile limits of this space's sampled tiles other than the register block's columns.
+SWEEP_LIMITS = (MAX_CHUNK_BLOCKS, MAX_SWEEP_ROWS)
+
+
+def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
+    """The (oc_inner, oh_inner) pairs dividing the layer's output-channel chunks and rows."""
+    return [
+        (oc, oh)
+        for oc, oh in product(OC_BLOCKS, ROW_BLOCKS)
+        if oc_chunks % oc == 0 and rows % oh == 0
+    ]
+
+
+def schedule_reduction_blocked(
+    sch: Schedule, oc_inner: int, oh_inner: int, max_block: int = MAX_REGISTER_BLOCK
+) -> None:
+    """Apply the reduction-blocked schedule with an ``oc_inner`` × ``oh_inner`` × (sampled
+    columns) register block of at most ``max_block`` accumulators (in place)."""
+    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
+    ic_block = input_channel_block(sch, conv)
+    n, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
+    oc_outer, oc_in = sch.split(oc_chunk, [None, oc_inner])
+    oh_outer, oh_in = sch.split(oh, [None, oh_inner])
+    sweep = sch.sample_perfect_tile(oh_outer, n=2, max_innermost_factor=MAX_SWEEP_ROWS)
+    oh_par, oh_seq = sch.split(oh_outer, sweep)
+    columns = sch.sample_perfect_tile(
+        ow, n=2, max_innermost_factor=max(1, max_block // (oc_inner * oh_inner))
+    )
+    ow_outer, ow_in = sch.split(ow, columns)
+    ic_blocks, ic_inner = sch.split(ic, [None, ic_block])
+    chunk = sch.sample_perfect_tile(ic_blocks, n=2, max_innermost_factor=MAX_CHUNK_BLOCKS)
+    ic_chunk, ic_in = sch.split(ic_blocks, chunk)
+    sch.reorder(
+        oc_outer, oh_par, ic_chunk, oh_seq, ow_outer, ic_in, kh, kw, ic_inner,
+        oh_in, ow_in, oc_in, oc_block,
+    )  # fmt: skip
+    threads = sch.fuse(n, oc_outer, oh_par)
+    sch.parallel(threads)
+    for loop in (oh_in, ow_in, oc_in):
+        sch.unroll(loop)
+    sch.vectorize(oc_block)
+    # After the last chunk: the epilogue reads the group's finished sums once.
+    epilogue_at(sch, output, threads)
+    sch.decompose_reduction(conv, ic_chunk)
+    for block in prologue:
+        parallel_vectorize(sch, block)
+
+
+def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
+    extents = conv_extents(sch.mod)
+    assert extents is not None
+    spaces = []
+    for oc_inner, oh_inner in register_blocks(extents["oc_chunk"], extents["oh"]):
+        copy = sch.copy()
+        copy.seed(sch.fork_seed())
+        schedule_reduction_blocked(copy, oc_inner, oh_inner, max_block)
+        spaces.append(copy)
+    return spaces
+
+
+def input_blocks(mod: IRModule) -> int:
+    """How many input-channel blocks the task's blocked conv reduces over (0 without one)."""
+    extents = conv_extents(mod)
+    if extents is None:
+        return 0
+    sch = Schedule(mod)
+    block = sch.get_sblock(CONV_BLOCK)
+    return extents["ic"] // input_channel_block(sch, block)
+
+
+class ReductionBlockedConvSpace(ScheduleSpace):
+    """Blocked convolutions with at least ``MIN_INPUT_BLOCKS`` input-channel blocks: the
+    reduction-blocked kernel above, one design space per (oc_inner, oh_inner)."""
+
+    name: ClassVar[str] = SPACE_NAME
+    seed_trials: ClassVar[int] = 8
+
+    def applies_to(self, mod: IRModule) -> bool:
+        return input_blocks(mod) >= MIN_INPUT_BLOCKS
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return register_block_space(design_spaces, target)
