@@ -199,6 +199,14 @@ def tune(
     fleet: Annotated[
         str | None, typer.Option(help="Measure on this fleet's RPC devices (convtune fleets add).")
     ] = None,
+    confirm: Annotated[
+        bool,
+        typer.Option(
+            help="Re-measure each layer's fastest kernels side by side before the build "
+            "(a few minutes beyond --budget-minutes); --no-confirm re-measures nothing and "
+            "builds on the fastest single measurements where no earlier job confirmed one."
+        ),
+    ] = TuneOptions.confirm,
     db: DbOption = None,
 ) -> None:
     """Tune every task of MODEL, build OUT/model.so, verify it against onnxruntime."""
@@ -218,6 +226,7 @@ def tune(
             layout=layout,
             algorithms=Algorithm.parse_list(algorithms),
             fleet=fleet,
+            confirm=confirm,
         )
         progress = Progress(budget_minutes)
         with progress:

@@ -232,6 +232,11 @@ def _remove_candidate(path: str) -> None:
         candidate.unlink(missing_ok=True)
 
 
+def not_confirmed(why: str) -> str:
+    """The event's line for a build without confirmation, saying why."""
+    return f"not confirmed ({why}); the build uses the fastest trials"
+
+
 def summary_line(confirmations: Sequence[Confirmation]) -> str:
     """One line for logs and events: how many tasks were confirmed and how many changed."""
     if not confirmations:

@@ -89,6 +89,10 @@ class TuneOptions:
     algorithms: tuple[Algorithm, ...] = ALL_ALGORITHMS
     #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
     fleet: str | None = None
+    #: Re-measure each task's fastest records side by side before the build (tuner/confirm.py,
+    #: a few minutes beyond ``budget_minutes`` on ResNet-50); off: nothing is re-measured, and
+    #: the build takes the fastest single measurements where no earlier job confirmed a record.
+    confirm: bool = True
 
     def __post_init__(self) -> None:
         self.layout = Layout.parse(self.layout)

@@ -22,7 +22,7 @@ from convtune.db.ms_database import SQLDatabase
 
 from .algorithms import choose_winograd, memory_bandwidth
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
-from .confirm import confirm_tasks, summary_line
+from .confirm import confirm_tasks, not_confirmed, summary_line
 from .errors import ConvtuneError
 from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from .fleet import FleetUnavailable, find_fleet
@@ -240,7 +240,9 @@ def tune_model(
     )
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
-    if fleet is None:  # a fleet's kernels are timed on its devices, not here
+    if fleet is None and not options.confirm:
+        emit("confirmed", {"summary": not_confirmed("the job asked for none"), "tasks": []})
+    elif fleet is None:  # a fleet's kernels are timed on its devices, not here
         try:
             confirmed = confirm_tasks(
                 prepared.tasks,
@@ -253,7 +255,7 @@ def tune_model(
             said = summary_line(confirmed)
         except ConvtuneError as exc:
             # Confirming only improves a choice the search already made: build without it.
-            confirmed, said = [], f"not confirmed ({exc}); the build uses the fastest trials"
+            confirmed, said = [], not_confirmed(str(exc))
         emit("confirmed", {"summary": said, "tasks": [c.as_dict() for c in confirmed]})
     layers = layer_figures(prepared)
     winograd = choose_winograd(

@@ -103,6 +103,11 @@ class JobCreate(BaseModel):
     fleet: str | None = Field(
         default=None, max_length=64, description="measure on this fleet's RPC devices (its name)"
     )
+    confirm: bool = Field(
+        default=_DEFAULTS.confirm,
+        description="re-measure each layer's fastest kernels side by side before the build; "
+        "false: build on the fastest single measurements",
+    )
 
 
 class LayerProgress(BaseModel):

@@ -9,7 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convtune.db.models import CURRENT_TIMING, Timing, TuningRecordRow
-from convtune.tuner.confirm import CONFIRM_WITHIN, _alternative_groups, summary_line
+from convtune.tuner.confirm import (
+    CONFIRM_WITHIN,
+    _alternative_groups,
+    not_confirmed,
+    summary_line,
+)
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
@@ -108,3 +113,18 @@ def test_a_confirmation_that_fails_leaves_the_build_to_the_fastest_trials(
     assert result.manifest["verification"]["passed"] is True
     assert not any(layer["confirmed"] for layer in result.manifest["layers"])
     assert _rows(sqlite_engine, Timing.CONFIRMED) == []
+
+
+@pytest.mark.slow
+def test_a_job_that_asks_for_no_confirmation_measures_nothing_again(tmp_path, sqlite_engine):
+    ingested = load_model(to_bytes(conv_net(in_channels=4, out_channels=8)), name="c")
+    options = TuneOptions(trials_per_task=4, confirm=False)
+    result, kinds, payloads = _tune(ingested, tmp_path / "out", sqlite_engine, options)
+    assert kinds.index("confirmed") < kinds.index("build_started")
+    assert payloads["confirmed"] == {
+        "summary": not_confirmed("the job asked for none"),
+        "tasks": [],
+    }
+    assert _rows(sqlite_engine, Timing.CONFIRMED) == []
+    assert not any(layer["confirmed"] for layer in result.manifest["layers"])
+    assert result.manifest["verification"]["passed"] is True

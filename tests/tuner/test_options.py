@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 
 from convtune.service.app.schemas import JobCreate
+from convtune.service.cli import tune
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import (
     DEFAULT_LAYOUT,
@@ -44,6 +48,20 @@ def test_api_defaults_are_the_engine_defaults() -> None:
     assert JobCreate(algorithms=[]).algorithms == [Algorithm.DIRECT]  # direct is always allowed
     # What the API stores is what the worker reads back.
     assert TuneOptions.from_dict(body.model_dump(mode="json")).layout is DEFAULT_LAYOUT
+
+
+def test_every_option_reaches_the_api_and_the_cli_with_the_engine_default() -> None:
+    engine, body = TuneOptions(), JobCreate()
+    cli = inspect.signature(tune).parameters
+    for field in dataclasses.fields(TuneOptions):
+        expected = getattr(engine, field.name)
+        api = getattr(body, field.name)
+        assert (tuple(api) if isinstance(api, list) else api) == expected, field.name
+        assert field.name in cli, f"convtune tune has no --{field.name.replace('_', '-')}"
+        default = cli[field.name].default
+        if field.name == "algorithms":
+            default = Algorithm.parse_list(default)
+        assert default == expected, field.name
 
 
 @pytest.mark.parametrize(
