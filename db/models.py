@@ -22,10 +22,13 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Select,
     String,
     Text,
     TypeDecorator,
     false,
+    func,
+    select,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -234,6 +237,29 @@ class TuningRecordRow(_Row, Base):
     def timed(cls, timing: Timing = CURRENT_TIMING) -> ColumnElement[bool]:
         """The filter to records timed under ``timing``: only they compare with each other."""
         return cls.timing == timing.value
+
+    @classmethod
+    def confirmed_query(
+        cls, workload_id: int, timing: Timing = CURRENT_TIMING
+    ) -> Select[TuningRecordRow]:
+        """The fastest record of the workload's confirmations (tuner/confirm.py) taken after its
+        last successful trial under ``timing``: a newer trial may beat what was confirmed, so
+        an older confirmation no longer counts. What a build uses when the query finds one."""
+        last_trial = (
+            select(func.max(cls.id))
+            .where(cls.workload_id == workload_id, cls.mean_sec.is_not(None), cls.timed(timing))
+            .scalar_subquery()
+        )
+        return (
+            select(cls)
+            .where(
+                cls.workload_id == workload_id,
+                cls.timing == Timing.CONFIRMED.value,
+                cls.id > func.coalesce(last_trial, 0),
+            )
+            .order_by(cls.mean_sec, cls.id)
+            .limit(1)
+        )
 
 
 class FleetRow(_Row, Base):

@@ -389,30 +389,13 @@ class SQLDatabase(PyDatabase):
             device=row.device,
         )
 
-    def _last_trial_id(self, workload_id: int) -> int:
-        query = select(func.max(TuningRecordRow.id)).where(
-            TuningRecordRow.workload_id == workload_id,
-            TuningRecordRow.mean_sec.is_not(None),
-            self._timed_alike,
-        )
-        with self._sessions() as session:
-            return session.scalar(query) or 0
-
     def confirmed_record(self, workload_id: int) -> TuningRecordRow | None:
         """The fastest record of the workload's latest confirmation, if no successful trial was
-        recorded after it (a newer trial may beat what was confirmed); else None."""
-        query = (
-            select(TuningRecordRow)
-            .where(
-                TuningRecordRow.workload_id == workload_id,
-                TuningRecordRow.timing == Timing.CONFIRMED.value,
-                TuningRecordRow.id > self._last_trial_id(workload_id),
-            )
-            .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
-            .limit(1)
-        )
+        recorded after it (:meth:`TuningRecordRow.confirmed_query`); else None."""
         with self._sessions() as session:
-            return session.scalars(query).first()
+            return session.scalars(
+                TuningRecordRow.confirmed_query(workload_id, self._timing)
+            ).first()
 
     def chosen_record(self, workload_id: int) -> TuningRecordRow | None:
         """The record a build uses: :meth:`confirmed_record` when there is one, else

@@ -567,6 +567,7 @@ def layer_detail(
         "best_curve": series.as_columns(series.best_so_far(trials)),
         "scatter": series.as_columns(series.thin(trials)),
         "best": _best_view(best_row),
+        "built": _built_view(session, workload_id),
         "peak_gflops": peak,
         "roofline": {
             "intensity": arithmetic_intensity(first.kind, first.description, flops)
@@ -595,6 +596,40 @@ def _best_view(record: TuningRecordRow | None) -> dict[str, Any] | None:
         "space": record.space,
         "trial_index": record.trial_index,
         "schedule": summarize_trace(record.trace).as_dict(),
+    }
+
+
+#: How many of a workload's fastest trials may be the one a confirmation re-measured (it takes
+#: at most 3, tuner/confirm.py, from the fastest when it ran, which no newer trial displaced).
+CONFIRMED_SOURCES = 8
+
+
+def _built_view(session: Session, workload_id: int) -> dict[str, Any] | None:
+    """What a build of the layer uses when a confirmation counts (tuner/confirm.py): the
+    re-measured figure and the trial it re-measured; None when the build takes the fastest
+    trial (no confirmation, or a trial came after it)."""
+    confirmed = session.scalars(TuningRecordRow.confirmed_query(workload_id)).first()
+    if confirmed is None or confirmed.mean_sec is None:
+        return None
+    fastest = session.scalars(
+        select(TuningRecordRow)
+        .where(
+            TuningRecordRow.workload_id == workload_id,
+            TuningRecordRow.mean_sec.is_not(None),
+            TuningRecordRow.timed(),
+        )
+        .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
+        .limit(CONFIRMED_SOURCES)
+    ).all()
+    source = next((row for row in fastest if row.trace == confirmed.trace), None)
+    return {
+        "record_id": confirmed.id,
+        "ms": confirmed.mean_sec * 1e3,
+        "rounds": len(confirmed.run_secs or []),
+        "space": confirmed.space,
+        "trial_record_id": source.id if source else None,
+        "trial_ms": source.mean_sec * 1e3 if source and source.mean_sec else None,
+        "fastest_trial": source is not None and source.id == fastest[0].id,
     }
 
 

@@ -312,6 +312,16 @@ def test_readme_download_then_run_as_written(
     assert done.stdout.startswith("y: shape [1, 10]")
 
 
+def _confirmed_in_db(dash: Service, workload_id: int) -> bool:
+    engine = make_engine(dash.env["CONVTUNE_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            query = TuningRecordRow.confirmed_query(workload_id)
+            return conn.execute(query).first() is not None
+    finally:
+        engine.dispose()
+
+
 def _trials_in_db(dash: Service, workload_id: int) -> int:
     engine = make_engine(dash.env["CONVTUNE_DATABASE_URL"])
     try:
@@ -347,6 +357,12 @@ def test_layer_page_draws_every_trial(
     decisions = page.text_content("#decisions")
     assert "×" in decisions, decisions  # tile sizes of the best schedule
     assert page.locator("#trials tbody tr").count() == trials
+    # The build's record: the confirmed one where a confirmation counts (tuner/confirm.py).
+    built = page.text_content("#built") or ""
+    if _confirmed_in_db(dash, wid):
+        assert "confirmed: the median of" in built, built
+    else:
+        assert "the fastest trial" in built, built
     screenshot(page, "layer.png")
 
 

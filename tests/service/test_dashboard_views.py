@@ -6,15 +6,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from tvm import te
 from tvm.s_tir import Schedule
 
 from convtune.db.models import (
+    CURRENT_TIMING,
     ArtifactRow,
     ModelRow,
     ModelWorkloadRow,
     TargetRow,
+    Timing,
     TuningRecordRow,
     WorkloadRow,
 )
@@ -194,6 +197,46 @@ def test_layer_page_reads_profile_bench_errors_and_peak(db_engine, peak: float |
     assert detail["best_curve"]["gflops"] == pytest.approx([100.0, 200.0, 200.0])
     assert detail["table"]["pages"] == 2 and len(detail["table"]["rows"]) == 3
     assert detail["roofline"]["peak_gflops"] == peak
+
+
+def test_the_layer_page_names_the_record_the_build_uses(db_engine) -> None:
+    _, workload_id = _seed(db_engine, peak=None)
+    with Session(db_engine) as session:
+        assert layer_detail(session, workload_id)["built"] is None  # no confirmation yet
+    with Session(db_engine) as session, session.begin():
+        trials = session.scalars(
+            select(TuningRecordRow)
+            .where(
+                TuningRecordRow.workload_id == workload_id, TuningRecordRow.mean_sec.is_not(None)
+            )
+            .order_by(TuningRecordRow.id)
+        ).all()
+        for i, row in enumerate(trials):
+            row.trace = [[f"trial {i}"], []]
+        slower = trials[0]  # 0.020 ms alone, against 0.010 for the fastest
+        session.add(
+            TuningRecordRow(
+                workload_id=workload_id, trace=slower.trace, mean_sec=1.5e-5,
+                run_secs=[1.4e-5, 1.5e-5, 1.6e-5], timing=Timing.CONFIRMED.value, space="s",
+            )
+        )  # fmt: skip
+        session.flush()
+        slower_id = slower.id
+    with Session(db_engine) as session:
+        built = layer_detail(session, workload_id)["built"]
+    assert built["ms"] == pytest.approx(0.015) and built["rounds"] == 3
+    assert (built["trial_record_id"], built["fastest_trial"]) == (slower_id, False)
+    assert built["trial_ms"] == pytest.approx(0.020)
+    # A trial after the confirmation may beat it: the build takes the fastest trial again.
+    with Session(db_engine) as session, session.begin():
+        session.add(
+            TuningRecordRow(
+                workload_id=workload_id, trace=[[], []], mean_sec=3e-5,
+                timing=CURRENT_TIMING.value,
+            )
+        )  # fmt: skip
+    with Session(db_engine) as session:
+        assert layer_detail(session, workload_id)["built"] is None
 
 
 def test_without_a_profile_no_share_is_made_up(db_engine) -> None:
