@@ -9,9 +9,10 @@ be drawn again for any tuned model:
 A row is one direct conv task (its convs share a workload); its columns are the fastest
 measured trial of each direct space, and of each Winograd tile whose task covers the same convs
 (``ModelTask.convs``), in ms per call, as the tuner measured them (kernel alone, timed under
-``db.models.CURRENT_TIMING``: weights flushed from the caches before each run). ``built`` is the
-chosen kernel inside the model (``convtune profile``), ``onnxruntime`` its Conv node by its own
-profiler, both per call.
+``db.models.CURRENT_TIMING``: weights flushed from the caches before each run). ``confirmed`` is
+the fastest figure of the conv's kernels re-measured side by side before the build
+(``tuner/confirm.py``), where a confirmation counts. ``built`` is the chosen kernel inside the
+model (``convtune profile``), ``onnxruntime`` its Conv node by its own profiler, both per call.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def _best_by_space(session: Session, workload_ids: list[int]) -> dict[int, dict[
     return best
 
 
+def _confirmed_ms(session: Session, workload_ids: list[int]) -> dict[int, float]:
+    """Per workload, the confirmed figure the build takes (ms, ``tuner/confirm.py``), where a
+    confirmation counts."""
+    found = {}
+    for wid in workload_ids:
+        row = session.scalars(TuningRecordRow.confirmed_query(wid)).first()
+        if row is not None and row.mean_sec is not None:
+            found[wid] = row.mean_sec * 1e3
+    return found
+
+
 def _per_call(profile: list[dict[str, Any]], nodes: set[str], key: str) -> float | None:
     """``key`` (ms, summed over a profile row's ONNX nodes) per call, from the row that runs
     ``nodes``."""
@@ -72,6 +84,7 @@ def conv_space_rows(engine: Engine, model_id: int) -> list[dict[str, Any]]:
         ).first()
         profile = list(artifact.profile or []) if artifact is not None else []
         best = _best_by_space(session, [t.workload_id for t in tasks if t.workload_id])
+        confirmed = _confirmed_ms(session, [t.workload_id for t in tasks if t.workload_id])
     alternatives = [t for t in tasks if t.description.get("winograd_tile")]
     rows = []
     for task in tasks:
@@ -79,12 +92,15 @@ def conv_space_rows(engine: Engine, model_id: int) -> list[dict[str, Any]]:
             continue
         convs = set(task.description.get("convs") or [])
         kernels = dict(best.get(task.workload_id or -1, {}))
+        rivals = [task]
         for alt in alternatives:
             if convs & set(alt.description.get("convs") or []):
+                rivals.append(alt)
                 found = best.get(alt.workload_id or -1, {})
                 if found:
                     column = winograd_column(int(alt.description["winograd_tile"]))
                     kernels[column] = min(found.values())
+        side_by_side = [confirmed[r.workload_id] for r in rivals if r.workload_id in confirmed]
         nodes = set(task.onnx_nodes)
         rows.append(
             {
@@ -92,6 +108,7 @@ def conv_space_rows(engine: Engine, model_id: int) -> list[dict[str, Any]]:
                 "nodes": list(task.onnx_nodes),
                 "occurrences": task.occurrences,
                 "kernels_ms": kernels,
+                "confirmed_ms": min(side_by_side, default=None),
                 "built_ms": _per_call(profile, nodes, "ms"),
                 "ort_ms": _per_call(profile, nodes, "ort_ms"),
             }
@@ -106,8 +123,8 @@ def conv_space_markdown(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| conv | ONNX nodes | × | "
         + " | ".join(columns)
-        + " | best / onnxruntime | built | onnxruntime |",
-        "|---|---|---:|" + "---:|" * len(columns) + "---:|---:|---:|",
+        + " | best / onnxruntime | confirmed | built | onnxruntime |",
+        "|---|---|---:|" + "---:|" * len(columns) + "---:|---:|---:|---:|",
     ]
     for row in rows:
         kernels = row["kernels_ms"]
@@ -122,7 +139,8 @@ def conv_space_markdown(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {row['workload']} | {short_nodes(row['nodes'], 2)} | {row['occurrences']} | "
             + " | ".join(cells)
-            + f" | {fmt(ratio, '.2f')} | {fmt(row['built_ms'], '.3f')} | {fmt(ort, '.3f')} |"
+            + f" | {fmt(ratio, '.2f')} | {fmt(row['confirmed_ms'], '.3f')}"
+            + f" | {fmt(row['built_ms'], '.3f')} | {fmt(ort, '.3f')} |"
         )  # fmt: skip
     return lines
 

@@ -10,6 +10,7 @@ from convtune.db.models import (
     ModelRow,
     ModelWorkloadRow,
     TargetRow,
+    Timing,
     TuningRecordRow,
     WorkloadRow,
 )
@@ -64,6 +65,14 @@ def _store_run(engine) -> int:
             session.add(
                 TuningRecordRow(workload_id=workloads[name].id, trace={}, mean_sec=sec, space=space)
             )
+        # Re-measured side by side (tuner/confirm.py): not a trial, not in the space columns.
+        for name, sec in (("direct", 1.4e-3), ("wino4", 1.0e-3)):
+            session.add(
+                TuningRecordRow(
+                    workload_id=workloads[name].id, trace={}, mean_sec=sec, space="s",
+                    timing=Timing.CONFIRMED.value,
+                )
+            )  # fmt: skip
         session.add(
             ArtifactRow(
                 model_id=model.id,
@@ -92,9 +101,11 @@ def test_rows_join_alternatives_to_their_direct_conv(sqlite_engine):
         winograd_column(4): 0.9,
     }
     assert first["built_ms"] == 1.0 and first["ort_ms"] == 2.0  # per call: 2 nodes in the row
+    assert first["confirmed_ms"] == 1.0  # the faster of the conv's confirmed alternatives
     assert second["kernels_ms"] == {"nchwc-regblock": 0.5}
-    assert second["ort_ms"] is None
+    assert second["ort_ms"] is None and second["confirmed_ms"] is None
 
     table = conv_space_markdown(rows)
     assert "**0.900**" in table[2] and "0.45" in table[2]  # best marked; 0.9 / 2.0
-    assert table[3].endswith("| – | 0.600 | – |")
+    assert table[2].endswith("| 0.45 | 1.000 | 1.000 | 2.000 |")
+    assert table[3].endswith("| – | – | 0.600 | – |")
