@@ -367,11 +367,14 @@ class SQLDatabase(PyDatabase):
             device=device,
         )
 
-    def record_confirmation(self, row: TuningRecordRow, round_secs: Sequence[float]) -> int:
-        """Store a re-measurement of ``row`` (its trace, args and space): ``round_secs`` are its
-        times in rounds taken beside the workload's other fastest records, ``mean_sec`` their
-        median, the timing :attr:`Timing.CONFIRMED`. The search and the cost model never read
-        it; :meth:`chosen_record` does. Returns the new row's id."""
+    def record_confirmation(
+        self, row: TuningRecordRow, round_secs: Sequence[float], device: str | None = None
+    ) -> int:
+        """Store a re-measurement of ``row`` (its trace, args and space) on ``device`` (None:
+        ``row``'s): ``round_secs`` are its times in rounds taken beside the workload's other
+        fastest records, ``mean_sec`` their median, the timing :attr:`Timing.CONFIRMED`. The
+        search and the cost model never read it; :meth:`chosen_record` does. Returns the new
+        row's id."""
         if not round_secs:
             raise ValueError("a confirmation needs at least one round")
         return self._insert_record(
@@ -386,7 +389,7 @@ class SQLDatabase(PyDatabase):
             trial_index=None,
             space=row.space,
             job_id=row.job_id,
-            device=row.device,
+            device=device or row.device,
         )
 
     def confirmed_record(self, workload_id: int) -> TuningRecordRow | None:

@@ -18,9 +18,9 @@ parallel.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
@@ -33,6 +33,7 @@ from .isa import ACCUMULATORS, accumulator_limit
 
 CONV_BLOCK = "conv2d_NCHWc"
 SPACE_NAME = "nchwc-regblock"
+_Variant = TypeVar("_Variant")
 # The AVX-512 accumulator limit; a space's generator passes its target's (register_block_space).
 MAX_REGISTER_BLOCK = ACCUMULATORS[16]
 
@@ -121,6 +122,20 @@ def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:
 def block_names(sch: Schedule) -> list[str]:
     """The names of the task's top-level blocks, in order."""
     return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def design_copies(
+    sch: Schedule, variants: Iterable[_Variant], apply: Callable[[Schedule, _Variant], None]
+) -> list[Schedule]:
+    """One design space per variant: a copy of ``sch`` with a seed forked from it, to which
+    ``apply(copy, variant)`` applies the variant's schedule."""
+    spaces = []
+    for variant in variants:
+        copy = sch.copy()
+        copy.seed(sch.fork_seed())
+        apply(copy, variant)
+        spaces.append(copy)
+    return spaces
 
 
 def padding_sketches(

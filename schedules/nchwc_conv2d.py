@@ -36,6 +36,7 @@ all rows stream through; or rows outermost: one input row stays in L1/L2 for eve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import product
 from typing import ClassVar
 
@@ -50,6 +51,7 @@ from .nchwc_conv import (
     CONV_BLOCK,
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
+    design_copies,
     epilogue_at,
     input_channel_block,
     parallel_vectorize,
@@ -149,15 +151,13 @@ def schedule_conv_2d_block(
 def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     extents = conv_extents(sch.mod)
     assert extents is not None
-    spaces = []
-    for (oc_inner, oh_inner), order in product(
-        register_blocks(extents["oc_chunk"], extents["oh"]), ORDERS
-    ):
-        copy = sch.copy()
-        copy.seed(sch.fork_seed())
-        schedule_conv_2d_block(copy, RegisterBlock(oc_inner, oh_inner, order), max_block)
-        spaces.append(copy)
-    return spaces
+    blocks = [
+        RegisterBlock(oc_inner, oh_inner, order)
+        for (oc_inner, oh_inner), order in product(
+            register_blocks(extents["oc_chunk"], extents["oh"]), ORDERS
+        )
+    ]
+    return design_copies(sch, blocks, partial(schedule_conv_2d_block, max_block=max_block))
 
 
 class RegisterBlock2DConvSpace(ScheduleSpace):

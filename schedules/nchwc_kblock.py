@@ -45,6 +45,7 @@ from .nchwc_conv import (
     CONV_BLOCK,
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
+    design_copies,
     epilogue_at,
     input_channel_block,
     parallel_vectorize,
@@ -112,13 +113,11 @@ def schedule_reduction_blocked(
 def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     extents = conv_extents(sch.mod)
     assert extents is not None
-    spaces = []
-    for oc_inner, oh_inner in register_blocks(extents["oc_chunk"], extents["oh"]):
-        copy = sch.copy()
-        copy.seed(sch.fork_seed())
-        schedule_reduction_blocked(copy, oc_inner, oh_inner, max_block)
-        spaces.append(copy)
-    return spaces
+    return design_copies(
+        sch,
+        register_blocks(extents["oc_chunk"], extents["oh"]),
+        lambda copy, block: schedule_reduction_blocked(copy, *block, max_block=max_block),
+    )
 
 
 def input_blocks(mod: IRModule) -> int:

@@ -19,6 +19,7 @@ loop (3 iterations) unrolled whole, and optionally the window's column loop too:
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import product
 from typing import Any, ClassVar
 
@@ -32,7 +33,12 @@ from tvm.target import Target
 
 from .base import ScheduleSpace
 from .conv_call import conv2d_call, lower_conv2d
-from .nchwc_conv import MAX_REGISTER_BLOCK, conv_and_epilogue, register_block_space
+from .nchwc_conv import (
+    MAX_REGISTER_BLOCK,
+    conv_and_epilogue,
+    design_copies,
+    register_block_space,
+)
 from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
 
 STEM_BLOCK = "conv2d_nchw_NCHWc"
@@ -155,15 +161,12 @@ def schedule_stem_conv(
 def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Schedule]:
     loops = _stem_loops(sch.mod)
     assert loops is not None
-    spaces = []
-    for oc, order, unroll_window in product(OC_BLOCKS, ORDERS, (False, True)):
-        if loops["oc_chunk"] % oc:
-            continue
-        copy = sch.copy()
-        copy.seed(sch.fork_seed())
-        schedule_stem_conv(copy, RegisterBlock(oc, 1, order, unroll_window), max_block)
-        spaces.append(copy)
-    return spaces
+    blocks = [
+        RegisterBlock(oc, 1, order, unroll_window)
+        for oc, order, unroll_window in product(OC_BLOCKS, ORDERS, (False, True))
+        if loops["oc_chunk"] % oc == 0
+    ]
+    return design_copies(sch, blocks, partial(schedule_stem_conv, max_block=max_block))
 
 
 class StemConvSpace(ScheduleSpace):

@@ -12,6 +12,8 @@ So before the build, each task's few fastest records are compiled again and time
 a fresh process, as the search timed them (``EVALUATOR``: weights flushed before every run), in
 rounds whose order rotates; each candidate's figure is its median round, and every figure is
 stored as a record timed :attr:`~convtune.db.models.Timing.CONFIRMED`, which the build prefers.
+Where the rounds run is a :class:`CandidateTimer`: a fresh process here (:class:`LocalTimer`), or
+one device of the job's fleet (``remote.FleetTimer``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import statistics
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,9 +65,73 @@ class Confirmation:
         return asdict(self)
 
 
+#: One built candidate as a timer gets it: {"library": path, "args_info": its arguments' JSON}.
+BuiltCandidate = dict[str, Any]
+#: Seconds per group, per candidate, per round.
+GroupTimes = list[list[list[float]]]
+
+
+def rotating_rounds(
+    groups: Sequence[Sequence[BuiltCandidate]],
+    rounds: int,
+    load: Callable[[str], Any],
+    alloc: Callable[[Any], Any],
+    run: Callable[[Any, Any], float],
+) -> GroupTimes:
+    """Time every group's candidates in ``rounds`` rounds whose order rotates: ``load(library)``
+    gives a module, ``alloc(args_info)`` its arguments (one set per distinct ``args_info`` in a
+    group: a conv's alternatives take different ones) and ``run(module, args)`` one figure in
+    seconds."""
+    result = []
+    for group in groups:
+        modules = [load(c["library"]) for c in group]
+        args_by_info: dict[str, Any] = {}
+        for c in group:
+            key = json.dumps(c["args_info"])
+            if key not in args_by_info:
+                args_by_info[key] = alloc(c["args_info"])
+        args = [args_by_info[json.dumps(c["args_info"])] for c in group]
+        times: list[list[float]] = [[] for _ in group]
+        for r in range(rounds):
+            shift = r % len(group)
+            for i in [*range(shift, len(group)), *range(shift)]:
+                times[i].append(run(modules[i], args[i]))
+        result.append(times)
+    return result
+
+
+class CandidateTimer(ABC):
+    """Where confirmation times the built candidates: each group's on one machine, in rotating
+    rounds (:func:`rotating_rounds`), as the search's runner timed them (``EVALUATOR``)."""
+
+    #: Who measured, stored with every confirmed record as its ``device``.
+    device: str | None = None
+
+    @abstractmethod
+    def time_groups(self, groups: Sequence[Sequence[BuiltCandidate]], rounds: int) -> GroupTimes:
+        """Seconds per group, per candidate, per round; a ``ConvtuneError`` if it cannot."""
+
+
+class LocalTimer(CandidateTimer):
+    """A fresh process on this host with the job's threads: no state of the tuning process."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.device = f"local:{socket.gethostname()}"
+
+    def time_groups(self, groups: Sequence[Sequence[BuiltCandidate]], rounds: int) -> GroupTimes:
+        timed: GroupTimes = run_child(
+            "convtune.tuner.confirm",
+            {"groups": groups, "threads": self.threads, "rounds": rounds},
+            what="confirm: the fastest kernels",
+            env=tvm_process_env(self.threads),
+            timeout_s=60.0 + 5.0 * rounds * sum(len(g) for g in groups),
+        )
+        return timed
+
+
 def _child_main(spec_json: str) -> None:
-    """Time every group's candidates in rotating rounds in this fresh process; print the times
-    (seconds, per group, per candidate, per round) as one JSON line."""
+    """:class:`LocalTimer`'s process: print the times of the spec's groups as one JSON line."""
     import tvm
     from tvm.s_tir.meta_schedule.runner.local_runner import (
         default_alloc_argument,
@@ -76,25 +144,16 @@ def _child_main(spec_json: str) -> None:
     spec = json.loads(spec_json)
     set_threads(spec["threads"])
     device = tvm.cpu()
-    rounds = spec["rounds"]
-    result = []
-    for group in spec["groups"]:
-        modules = [tvm.runtime.load_module(c["library"]) for c in group]
-        # One set of arguments per workload: a conv's alternatives take different ones.
-        args_by_info: dict[str, Any] = {}
-        for c in group:
-            key = json.dumps(c["args_info"])
-            if key not in args_by_info:
-                args_by_info[key] = default_alloc_argument(device, c["args_info"], 1)
-        args = [args_by_info[json.dumps(c["args_info"])] for c in group]
-        times: list[list[float]] = [[] for _ in group]
-        for r in range(rounds):
-            shift = r % len(group)
-            for i in [*range(shift, len(group)), *range(shift)]:
-                costs = default_run_evaluator(modules[i], device, EVALUATOR, args[i])
-                times[i].append(float(statistics.mean(costs)))
-        result.append(times)
-    print(json.dumps(result))
+    timed = rotating_rounds(
+        spec["groups"],
+        spec["rounds"],
+        load=tvm.runtime.load_module,
+        alloc=lambda info: default_alloc_argument(device, info, 1),
+        run=lambda module, args: float(
+            statistics.mean(default_run_evaluator(module, device, EVALUATOR, args))
+        ),
+    )
+    print(json.dumps(timed))
 
 
 def _alternative_groups(tasks: Sequence[ModelTask]) -> list[list[int]]:
@@ -135,13 +194,15 @@ def confirm_tasks(
     target: Target,
     *,
     threads: int,
+    timer: CandidateTimer | None = None,
     candidates: int = CONFIRM_CANDIDATES,
     rounds: int = CONFIRM_ROUNDS,
     should_stop: Callable[[], bool] | None = None,
 ) -> list[Confirmation]:
     """Re-measure side by side, per group of alternatives (a conv's direct and Winograd tasks;
     any other task alone), each task's fastest records within :data:`CONFIRM_WITHIN` of its
-    best, at most ``candidates`` per task; store every figure (:meth:`record_confirmation`).
+    best, at most ``candidates`` per task, on ``timer`` (this host's :class:`LocalTimer` by
+    default); store every figure (:meth:`record_confirmation`).
 
     A group whose tasks are all confirmed since their last trial is skipped, so a build with
     nothing new measured chooses what it chose before. A candidate that no longer compiles is
@@ -187,13 +248,8 @@ def confirm_tasks(
         if not groups or (should_stop is not None and should_stop()):
             return []
         spec = [[{"library": c.library, "args_info": c.row.args_info} for c in g] for g in groups]
-        timed = run_child(
-            "convtune.tuner.confirm",
-            {"groups": spec, "threads": threads, "rounds": rounds},
-            what="confirm: the fastest kernels",
-            env=tvm_process_env(threads),
-            timeout_s=60.0 + 5.0 * rounds * sum(len(g) for g in groups),
-        )
+        timer = timer or LocalTimer(threads)
+        timed = timer.time_groups(spec, rounds)
     finally:  # every built candidate, measured or not
         for plan in plans:
             for c in plan:
@@ -202,7 +258,7 @@ def confirm_tasks(
     confirmations = []
     for group, per_candidate in zip(groups, timed, strict=True):
         for c, secs in zip(group, per_candidate, strict=True):
-            database.record_confirmation(c.row, secs)
+            database.record_confirmation(c.row, secs, device=timer.device)
         for i in sorted({c.index for c in group}):
             mine = [
                 (statistics.median(secs), c)

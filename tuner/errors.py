@@ -1,6 +1,13 @@
 """User-facing errors: one line that names the problem, never a traceback."""
 
 
+def error_line(exc: BaseException) -> str:
+    """The line of an exception that says what went wrong: TVM's messages end with it, after
+    their traceback; the exception's type when it says nothing."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
 class ConvtuneError(Exception):
     """A problem with the user's input or environment, reported as one line.
 

@@ -30,7 +30,7 @@ from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_lay
 from convtune.schedules.winograd import TILE_SIZES
 from convtune.schedules.winograd_nchwc import is_winograd_nchwc, winograd_tile
 
-from .errors import UnsupportedOpError
+from .errors import UnsupportedOpError, error_line
 from .flops import node_flops, node_key, static_shapes
 from .ingest import IngestedModel
 from .options import DEFAULT_LAYOUT, Algorithm, Layout
@@ -144,7 +144,7 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
         mod = relax.frontend.onnx.from_onnx(ingested.model)
     except Exception as exc:  # the frontend raises bare Exceptions of many kinds
         raise UnsupportedOpError(
-            f"the TVM ONNX frontend could not convert the model: {_first_line(exc)}"
+            f"the TVM ONNX frontend could not convert the model: {error_line(exc)}"
         ) from None
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
@@ -158,11 +158,6 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
         )
     )
     return RelaxModel(mod=folded)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def fuse(relax_model: RelaxModel) -> IRModule:
@@ -342,13 +337,13 @@ def model_for_target(
             if exc.index in forced or len(forced) >= _MAX_CONV_RETRIES:
                 failure = str(exc)
                 break
-            forced[exc.index] = _first_line(exc.cause)
+            forced[exc.index] = error_line(exc.cause)
             fallbacks.append(
                 f"{_conv_label(names, exc.index)} kept in NCHW: blocking it failed "
-                f"({_first_line(exc.cause)})"
+                f"({error_line(exc.cause)})"
             )
         except Exception as exc:  # a TVM failure must never reach the user as a traceback
-            failure = _first_line(exc)
+            failure = error_line(exc)
             break
     return nchw_fallback(relax_model, fallbacks, f"the blocked layout pass failed: {failure}")
 
@@ -382,7 +377,7 @@ def extract_tasks(
         relax_model = nchw_fallback(
             to_relax(ingested),
             list(relax_model.fallbacks),
-            f"task extraction of the blocked model failed: {_first_line(exc)}",
+            f"task extraction of the blocked model failed: {error_line(exc)}",
         )
         try:
             fused = fuse(relax_model)
@@ -406,7 +401,7 @@ def extract_tasks(
             try:
                 tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile)
             except Exception as exc:  # the direct kernels stand; say why there is no choice
-                why = f"Winograd F({tile}x{tile},3x3) not offered: {_first_line(exc)}"
+                why = f"Winograd F({tile}x{tile},3x3) not offered: {error_line(exc)}"
                 relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     return relax_model, tasks
 
@@ -461,7 +456,7 @@ def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
 
 def _compile_error(stage: str, exc: BaseException) -> UnsupportedOpError:
     """One line for a TVM failure no fallback could avoid, naming the op where TVM names it."""
-    return UnsupportedOpError(f"TVM could not compile the model ({stage}): {_first_line(exc)}")
+    return UnsupportedOpError(f"TVM could not compile the model ({stage}): {error_line(exc)}")
 
 
 def tasks_by_function(fused: IRModule, tasks: list[ModelTask]) -> dict[str, ModelTask]:

@@ -22,10 +22,10 @@ from convtune.db.ms_database import SQLDatabase
 
 from .algorithms import choose_winograd, memory_bandwidth
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
-from .confirm import confirm_tasks, not_confirmed, summary_line
+from .confirm import CandidateTimer, LocalTimer, confirm_tasks, not_confirmed, summary_line
 from .errors import ConvtuneError
 from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
-from .fleet import FleetUnavailable, find_fleet
+from .fleet import Fleet, FleetUnavailable, find_fleet
 from .ingest import IngestedModel
 from .library import build_library, copy_library, file_sha256
 from .options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
@@ -184,6 +184,16 @@ def reusable_library(engine: Engine, prepared: PreparedModel, key: str) -> Artif
     return None
 
 
+def candidate_timer(fleet: Fleet | None, threads: int) -> CandidateTimer:
+    """Where confirmation times the candidates: where the search measured them (one device of
+    the fleet, or this host)."""
+    if fleet is None:
+        return LocalTimer(threads)
+    from .remote import FleetTimer
+
+    return FleetTimer(fleet)
+
+
 def tune_model(
     ingested: IngestedModel,
     out_dir: Path,
@@ -240,9 +250,9 @@ def tune_model(
     )
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
-    if fleet is None and not options.confirm:
+    if not options.confirm:
         emit("confirmed", {"summary": not_confirmed("the job asked for none"), "tasks": []})
-    elif fleet is None:  # a fleet's kernels are timed on its devices, not here
+    else:
         try:
             confirmed = confirm_tasks(
                 prepared.tasks,
@@ -250,6 +260,7 @@ def tune_model(
                 prepared.database,
                 prepared.target,
                 threads=threads,
+                timer=candidate_timer(fleet, threads),
                 should_stop=should_stop,
             )
             said = summary_line(confirmed)

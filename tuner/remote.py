@@ -7,18 +7,22 @@
 - ``serve`` is ``convtune rpc-server``: TVM's ``rpc.Server`` with ``TVM_NUM_THREADS`` pinned and
   two functions registered for sessions: ``convtune.peak`` (the FMA microbenchmark of
   ``peak.py``, run on the device) and ``convtune.device_info``.
-- ``measure_fleet_peak`` and ``verify_on_fleet`` run on one device of a fleet.
+- ``measure_fleet_peak``, ``verify_on_fleet`` and ``FleetTimer`` (confirmation's rounds,
+  ``confirm.py``) run on one device of a fleet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import platform
 import socket
+import statistics
 import struct
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,8 @@ import tvm_ffi
 from tvm import relax, rpc
 from tvm.rpc import base
 
-from .errors import ConvtuneError
+from .confirm import BuiltCandidate, CandidateTimer, GroupTimes, rotating_rounds
+from .errors import ConvtuneError, error_line
 from .fleet import Fleet, FleetPeak, FleetUnavailable, parse_tracker
 from .ingest import IngestedModel
 from .verify import Verification, check_outputs, random_feeds
@@ -262,3 +267,64 @@ def verify_on_fleet(
         ours, ingested, feeds, threads=threads, seed=seed, where=f" on fleet device {device}"
     )
     return result, device
+
+
+class FleetTimer(CandidateTimer):
+    """Confirmation's rounds on one device of the fleet: every group is timed on the same
+    device, so the figures of a group compare (the search measured its candidates on whichever
+    device was free). A device or tracker that fails is a ``ConvtuneError``: the build then
+    takes the fastest trials."""
+
+    def __init__(self, fleet: Fleet, *, wait: float = 300.0) -> None:
+        self.fleet = fleet
+        self.wait = wait
+
+    def time_groups(self, groups: Sequence[Sequence[BuiltCandidate]], rounds: int) -> GroupTimes:
+        from tvm.s_tir.meta_schedule.runner.rpc_runner import (
+            default_alloc_argument,
+            default_cleanup,
+            default_run_evaluator,
+            default_upload_module,
+        )
+
+        from .search import EVALUATOR
+
+        # The server ends a session older than its timeout: give it every run, with room.
+        session_timeout = 120.0 + 5.0 * rounds * sum(len(g) for g in groups)
+        try:
+            session, device = request_device(
+                self.fleet, session_timeout=session_timeout, wait=self.wait
+            )
+        except DeviceLost as exc:
+            raise ConvtuneError(f"fleet {self.fleet.name}: {exc}") from None
+        self.device = device
+        remote_cpu = session.cpu(0)
+        uploaded: list[str] = []
+
+        def load(library: str) -> Any:
+            # Every candidate is "candidate.tar" in a directory of its own.
+            remote = f"confirm-{len(uploaded)}-{os.path.basename(library)}"
+            uploaded.append(remote)
+            return default_upload_module(session, library, remote)
+
+        try:
+            return rotating_rounds(
+                groups,
+                rounds,
+                load=load,
+                alloc=lambda info: default_alloc_argument(session, remote_cpu, info, 1),
+                run=lambda module, args: float(
+                    statistics.mean(
+                        default_run_evaluator(session, module, remote_cpu, EVALUATOR, args)
+                    )
+                ),
+            )
+        except Exception as exc:  # TVM raises RPC and kernel failures alike as TVMError
+            raise ConvtuneError(
+                f"confirm on device {device} of fleet {self.fleet.name}: {error_line(exc)}"
+            ) from None
+        finally:
+            for remote in uploaded:
+                # The device may be gone; its files went with its session then.
+                with contextlib.suppress(Exception):
+                    default_cleanup(session, remote)

@@ -13,6 +13,7 @@ from convtune.tuner.confirm import (
     CONFIRM_WITHIN,
     _alternative_groups,
     not_confirmed,
+    rotating_rounds,
     summary_line,
 )
 from convtune.tuner.errors import ConvtuneError
@@ -128,3 +129,32 @@ def test_a_job_that_asks_for_no_confirmation_measures_nothing_again(tmp_path, sq
     assert _rows(sqlite_engine, Timing.CONFIRMED) == []
     assert not any(layer["confirmed"] for layer in result.manifest["layers"])
     assert result.manifest["verification"]["passed"] is True
+
+
+def test_rounds_rotate_and_a_group_shares_arguments_by_their_description():
+    calls: list[tuple[str, object]] = []
+    allocated: list[object] = []
+
+    def alloc(info):
+        allocated.append(info)
+        return f"args{len(allocated)}"
+
+    def run(module, args):
+        calls.append((module, args))
+        return float(len(calls))
+
+    groups = [
+        [
+            {"library": "a", "args_info": [1]},
+            {"library": "b", "args_info": [2]},
+            {"library": "c", "args_info": [1]},
+        ],
+        [{"library": "d", "args_info": [1]}],
+    ]
+    times = rotating_rounds(groups, 3, load=str.upper, alloc=alloc, run=run)
+    order = [module for module, _ in calls]
+    assert order == ["A", "B", "C", "B", "C", "A", "C", "A", "B", "D", "D", "D"]
+    # One allocation per distinct description in a group; the next group allocates its own.
+    assert allocated == [[1], [2], [1]]
+    assert dict(calls) == {"A": "args1", "B": "args2", "C": "args1", "D": "args3"}
+    assert times == [[[1.0, 6.0, 8.0], [2.0, 4.0, 9.0], [3.0, 5.0, 7.0]], [[10.0, 11.0, 12.0]]]

@@ -21,15 +21,22 @@ from pathlib import Path
 import onnx
 import psutil
 import pytest
+import tvm
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from tvm import te
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.db.migrate import upgrade
-from convtune.db.models import TuningRecordRow, WorkloadRow
+from convtune.db.models import Timing, TuningRecordRow, WorkloadRow
 from convtune.db.session import make_engine
 from convtune.service.app.fleets import FleetCreate, create_fleet
+from convtune.tuner.builder import build_candidate
+from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.fleet import Fleet, FleetUnavailable
-from convtune.tuner.remote import device_info, fleet_devices, request_device
+from convtune.tuner.remote import FleetTimer, device_info, fleet_devices, request_device
+from convtune.tuner.target import make_target
 from tests.models import three_conv_cnn
 
 BIN = Path(sys.executable).parent
@@ -161,8 +168,38 @@ def test_unreachable_tracker_is_a_clear_error_not_a_hang():
     assert time.monotonic() - started < 10
 
 
+def _candidates() -> list[dict[str, object]]:
+    """Two builds of one small kernel (an add, unscheduled and vectorized) as confirmation
+    hands them to a timer."""
+    a = te.placeholder((64, 64), name="a")
+    b = te.compute((64, 64), lambda i, j: a[i, j] + 1.0, name="b")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    vectorized = Schedule(mod)
+    vectorized.vectorize(vectorized.get_loops(vectorized.get_sblock("b"))[-1])
+    args_info = [info.as_json() for info in ArgInfo.from_prim_func(mod["main"])]
+    return [
+        {"library": build_candidate(m, make_target(None)), "args_info": args_info}
+        for m in (mod, vectorized.mod)
+    ]
+
+
+def test_confirmation_times_every_candidate_on_one_device(tracker, tmp_path):
+    process, device = tracker.start_device()
+    candidates = _candidates()
+    timer = FleetTimer(tracker.fleet(), wait=30)
+    [group] = timer.time_groups([candidates], rounds=3)
+    assert timer.device == device
+    assert len(group) == 2 and all(len(rounds) == 3 for rounds in group)
+    assert all(0 < sec < 1 for rounds in group for sec in rounds)
+    # Without a device the timer fails with one line; the build then takes the fastest trials.
+    _kill(process)
+    _wait_for(lambda: not fleet_devices(tracker.fleet()), 30, "the device to leave the tracker")
+    with pytest.raises(ConvtuneError, match="no device of key"):
+        FleetTimer(tracker.fleet(), wait=1).time_groups([candidates], rounds=1)
+
+
 def _records(url: str) -> list[tuple[str, int | None, str | None, str | None]]:
-    """(task, trial_index, device, error) of every record, in insertion order."""
+    """(task, trial_index, device, error) of every trial, in insertion order."""
     engine = make_engine(url)
     with Session(engine) as session:
         rows = session.execute(
@@ -173,10 +210,21 @@ def _records(url: str) -> list[tuple[str, int | None, str | None, str | None]]:
                 TuningRecordRow.error,
             )
             .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
+            .where(TuningRecordRow.trials())
             .order_by(TuningRecordRow.id)
         ).all()
     engine.dispose()
     return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def _confirmed_devices(url: str) -> list[str | None]:
+    engine = make_engine(url)
+    with Session(engine) as session:
+        devices = session.scalars(
+            select(TuningRecordRow.device).where(TuningRecordRow.timing == Timing.CONFIRMED.value)
+        ).all()
+    engine.dispose()
+    return list(devices)
 
 
 @pytest.mark.slow
@@ -254,6 +302,10 @@ def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rp
     tunable = [ix for task, ix in per_task.items() if "conv" in task or "matmul" in task]
     assert len(tunable) == 4 and all(ix for ix in tunable), per_task
     assert sum(len(ix) for ix in tunable) <= 4 * trials, per_task
+
+    # Confirmed on the device left, and the log says how it went.
+    assert "not confirmed" not in log and "confirmed:" in log, log
+    assert set(_confirmed_devices(url)) <= {second_addr}
 
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     on_device = manifest["verification"]["on_device"]
