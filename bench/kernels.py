@@ -1,7 +1,8 @@
 """Kernels alone, interleaved: each space's best of a few sampled schedules against onnxruntime.
 
 On a shared machine the tuner's measurements (taken minutes apart) are not comparable; here the
-candidates of every space applicable to one conv task are sampled, each space's fastest is kept,
+candidates of every registered space (``schedules/registry.py``, the generic one aside)
+applicable to one conv task are sampled, each space's fastest is kept,
 and those kernels and onnxruntime's session (one Conv, its NCHWc reorders included) are timed
 round after round in one process.
 
@@ -17,11 +18,14 @@ import time
 
 import numpy as np
 import tvm
-from tvm import s_tir
+from tvm.ir import IRModule
+from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.target import Target
 
 from bench.spaces import describe, save_report, single_conv, unique_convs
-from convtune.schedules import nchwc_conv, nchwc_conv2d, stem_conv
+from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace
+from convtune.schedules.registry import applicable
 from convtune.tuner.extract import extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.reference import ort_session
@@ -29,27 +33,15 @@ from convtune.tuner.runtime import set_threads
 from convtune.tuner.target import make_target, physical_cores
 from convtune.tuner.verify import random_feeds
 
-#: Space name -> (applies to the task, its schedules for one seed).
-SPACES = {
-    nchwc_conv.SPACE_NAME: (
-        nchwc_conv.is_blocked_conv,
-        lambda mod, seed: [_applied(mod, seed, nchwc_conv.schedule_blocked_conv)],
-    ),
-    nchwc_conv2d.SPACE_NAME: (
-        nchwc_conv2d.RegisterBlock2DConvSpace().applies_to,
-        lambda mod, seed: nchwc_conv2d.design_spaces(s_tir.Schedule(mod, seed=seed)),
-    ),
-    stem_conv.SPACE_NAME: (
-        stem_conv.StemConvSpace().applies_to,
-        lambda mod, seed: stem_conv.design_spaces(s_tir.Schedule(mod, seed=seed)),
-    ),
-}
 
-
-def _applied(mod, seed, schedule):
-    sch = s_tir.Schedule(mod, seed=seed)
-    schedule(sch)
-    return sch
+def space_schedules(space: ScheduleSpace, mod: IRModule, seed: int, target: Target) -> list:
+    """The design spaces of ``space`` for the task ``mod``, their decisions sampled from
+    ``seed`` (as the search's first population draws them)."""
+    generator = space.generator(target)
+    ms.TuneContext(
+        mod=mod, target=target, space_generator=generator, task_name="task", rand_state=seed
+    )
+    return list(generator.generate_design_space(mod))
 
 
 def kernel_timer(mod, target):
@@ -80,15 +72,16 @@ def main(argv: list[str] | None = None) -> int:
         _, tasks = extract_tasks(load_model(model.SerializeToString()), target, "nchwc")
         task = next(t for t in tasks if t.kind == "conv")
         best: dict[str, tuple[float, object]] = {}
-        for name, (applies, schedules) in SPACES.items():
-            if not applies(task.mod):
+        # Every registered space but the generic one, whose sketches are not worth sampling.
+        for space in applicable(task.mod):
+            if space.name == DEFAULT_SPACE:
                 continue
             for seed in range(1, args.seeds + 1):
-                for sch in schedules(task.mod, seed):
+                for sch in space_schedules(space, task.mod, seed, target):
                     measure = kernel_timer(sch.mod, target)
                     seconds = min(measure() for _ in range(3))
-                    if name not in best or seconds < best[name][0]:
-                        best[name] = (seconds, measure)
+                    if space.name not in best or seconds < best[space.name][0]:
+                        best[space.name] = (seconds, measure)
         feeds = random_feeds(load_model(model.SerializeToString()).inputs)
         session = ort_session(model.SerializeToString(), args.threads)
 
