@@ -179,7 +179,8 @@ def tune(
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory for model.so.")],
     trials_per_task: Annotated[int, typer.Option(min=1, help="Trials per Conv/Gemm task.")] = 64,
     budget_minutes: Annotated[
-        float | None, typer.Option(min=0.0, help="Stop searching after this many minutes.")
+        float | None,
+        typer.Option(min=0.0, help="Minutes for the search and the confirmation after it."),
     ] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="Default: all cores.")] = None,
     seed: int = 0,
@@ -203,7 +204,7 @@ def tune(
         bool,
         typer.Option(
             help="Re-measure each layer's fastest kernels side by side before the build "
-            "(a few minutes beyond --budget-minutes); --no-confirm re-measures nothing and "
+            "(within --budget-minutes); --no-confirm re-measures nothing and "
             "builds on the fastest single measurements where no earlier job confirmed one."
         ),
     ] = TuneOptions.confirm,

@@ -24,9 +24,10 @@ import shutil
 import socket
 import statistics
 import sys
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from convtune.db.models import TuningRecordRow
     from convtune.db.ms_database import SQLDatabase
 
+    from .builder import CandidateBuilder
     from .extract import ModelTask
 
 #: Records re-measured per task: the fastest, and its nearest rivals.
@@ -48,6 +50,14 @@ CONFIRM_CANDIDATES = 3
 CONFIRM_WITHIN = 1.6
 #: Rounds per task; each round times every candidate once (the search's ``EVALUATOR``).
 CONFIRM_ROUNDS = 5
+#: Seconds to compile and time one candidate, the first guess of a job's confirmation cost (the
+#: job then goes by its own rate): ResNet-50 on an Emerald Rapids VM, 102 candidates in 2.3 min.
+CONFIRM_SECONDS_PER_CANDIDATE = 1.4
+#: Candidates built and timed before the deadline is looked at again (each chunk is a child
+#: process; a 24-candidate chunk is about half a minute).
+CONFIRM_CHUNK = 24
+#: The most of a job's time budget the search leaves to confirmation.
+CONFIRM_MAX_SHARE = 0.15
 
 
 @dataclass(frozen=True)
@@ -187,6 +197,60 @@ class _Candidate:
     library: str | None = None
 
 
+@dataclass(frozen=True)
+class ConfirmReport:
+    """What confirmation did: the tasks it re-measured, and those its time did not reach."""
+
+    confirmations: list[Confirmation] = field(default_factory=list)
+    #: Tasks with rivals left unconfirmed because the job's deadline came first (the largest
+    #: share of the model's time goes first); they build on their fastest trial.
+    out_of_time: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for logs and events: how many tasks were confirmed and how many changed."""
+        left = (
+            f"; {len(self.out_of_time)} task(s) left unconfirmed: the budget ran out"
+            if self.out_of_time
+            else ""
+        )
+        if not self.confirmations:
+            return ("no task had rivals to confirm" if not left else "none confirmed") + left
+        changed = [c for c in self.confirmations if c.changed]
+        return (
+            f"{len(self.confirmations)} task(s) re-measured side by side, "
+            f"{len(changed)} chose another record than the fastest single measurement{left}"
+        )
+
+
+def confirm_reserve_minutes(tasks: Sequence[ModelTask], budget_minutes: float) -> float:
+    """The part of a job's ``budget_minutes`` the search leaves to confirmation: every task's
+    candidates at :data:`CONFIRM_SECONDS_PER_CANDIDATE`, at most :data:`CONFIRM_MAX_SHARE` of
+    the budget (a short job searches first; confirmation then stops at the deadline)."""
+    candidates = CONFIRM_CANDIDATES * len(tasks)
+    wanted = candidates * CONFIRM_SECONDS_PER_CANDIDATE / 60.0
+    return min(wanted, CONFIRM_MAX_SHARE * budget_minutes)
+
+
+def _plan_share(plan: Sequence[_Candidate], tasks: Sequence[ModelTask]) -> float:
+    """Seconds per inference the plan's convs take at their fastest trial (what confirming them
+    can save is a share of this)."""
+    return max(c.row.mean_sec * max(1, tasks[c.index].occurrences) for c in plan)
+
+
+def _chunks(plans: Sequence[list[_Candidate]], size: int) -> list[list[list[_Candidate]]]:
+    """Consecutive plans packed into chunks of at most ``size`` candidates (a plan larger than
+    ``size`` is a chunk of its own): each chunk is built and timed before the clock is read."""
+    chunks: list[list[list[_Candidate]]] = []
+    count = size
+    for plan in plans:
+        if count + len(plan) > size:
+            chunks.append([])
+            count = 0
+        chunks[-1].append(plan)
+        count += len(plan)
+    return chunks
+
+
 def confirm_tasks(
     tasks: Sequence[ModelTask],
     workload_ids: Sequence[int],
@@ -198,22 +262,23 @@ def confirm_tasks(
     candidates: int = CONFIRM_CANDIDATES,
     rounds: int = CONFIRM_ROUNDS,
     should_stop: Callable[[], bool] | None = None,
-) -> list[Confirmation]:
+    deadline: float | None = None,
+) -> ConfirmReport:
     """Re-measure side by side, per group of alternatives (a conv's direct and Winograd tasks;
     any other task alone), each task's fastest records within :data:`CONFIRM_WITHIN` of its
     best, at most ``candidates`` per task, on ``timer`` (this host's :class:`LocalTimer` by
     default); store every figure (:meth:`record_confirmation`).
 
+    Groups go in order of the model time they hold, in chunks of about
+    :data:`CONFIRM_CHUNK` candidates; with a ``deadline`` (``time.monotonic()``), a chunk that
+    would end past it, by the seconds per candidate measured so far, is not started and its
+    tasks are reported :attr:`ConfirmReport.out_of_time`.
+
     A group whose tasks are all confirmed since their last trial is skipped, so a build with
     nothing new measured chooses what it chose before. A candidate that no longer compiles is
     left out; a group left with one candidate is not confirmed.
     """
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
-
-    from .builder import CandidateBuilder
-
     plans: list[list[_Candidate]] = []
-    mods = []
     for members in _alternative_groups(tasks):
         if all(database.confirmed_record(workload_ids[i]) is not None for i in members):
             continue
@@ -223,38 +288,80 @@ def confirm_tasks(
             if rows:
                 bound = CONFIRM_WITHIN * rows[0].mean_sec
                 chosen += [_Candidate(i, row) for row in rows if row.mean_sec <= bound]
-        # A trace that no longer replays (a space changed since) is no candidate.
-        schedules = [database.replayed_schedule(c.row, tasks[c.index].mod) for c in chosen]
-        replayable = [(c, sch) for c, sch in zip(chosen, schedules, strict=True) if sch is not None]
-        if len(replayable) < 2:
-            continue
-        mods += [sch.mod for _, sch in replayable]
-        plans.append([c for c, _ in replayable])
-    if not plans:
-        return []
+        if len(chosen) >= 2:
+            plans.append(chosen)
+    plans.sort(key=lambda plan: -_plan_share(plan, tasks))
+    timer = timer or LocalTimer(threads)
+    report = ConfirmReport()
+    from .builder import CandidateBuilder
+
     builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))
+    per_candidate_s = CONFIRM_SECONDS_PER_CANDIDATE
+    spent_s, done = 0.0, 0
     try:
-        built = iter(builder.build([BuilderInput(mod, target) for mod in mods]))
+        chunks = _chunks(plans, CONFIRM_CHUNK)
+        for k, chunk in enumerate(chunks):
+            if should_stop is not None and should_stop():
+                break
+            size = sum(len(plan) for plan in chunk)
+            if deadline is not None and time.monotonic() + size * per_candidate_s > deadline:
+                report.out_of_time.extend(
+                    tasks[i].name
+                    for later in chunks[k:]
+                    for plan in later
+                    for i in sorted({c.index for c in plan})
+                )
+                break
+            started = time.monotonic()
+            report.confirmations.extend(
+                _confirm_chunk(chunk, tasks, database, target, builder, timer, rounds)
+            )
+            spent_s += time.monotonic() - started
+            done += size
+            per_candidate_s = spent_s / done
     finally:
         builder.shutdown()
-    groups: list[list[_Candidate]] = []
+    return report
+
+
+def _confirm_chunk(
+    plans: Sequence[list[_Candidate]],
+    tasks: Sequence[ModelTask],
+    database: SQLDatabase,
+    target: Target,
+    builder: CandidateBuilder,
+    timer: CandidateTimer,
+    rounds: int,
+) -> list[Confirmation]:
+    """Build, time and record one chunk of groups (:func:`confirm_tasks`)."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    replayable: list[list[tuple[_Candidate, Any]]] = []
     for plan in plans:
-        for c in plan:
+        # A trace that no longer replays (a space changed since) is no candidate.
+        schedules = [database.replayed_schedule(c.row, tasks[c.index].mod) for c in plan]
+        kept = [(c, sch) for c, sch in zip(plan, schedules, strict=True) if sch is not None]
+        if len(kept) >= 2:
+            replayable.append(kept)
+    mods = [BuilderInput(sch.mod, target) for kept in replayable for _, sch in kept]
+    built = iter(builder.build(mods)) if mods else iter(())
+    groups: list[list[_Candidate]] = []
+    everything = [c for kept in replayable for c, _ in kept]
+    for kept in replayable:
+        for c, _ in kept:
             c.library = next(built).artifact_path
-        ok = [c for c in plan if c.library is not None]
+        ok = [c for c, _ in kept if c.library is not None]
         if len(ok) >= 2:
             groups.append(ok)
     try:
-        if not groups or (should_stop is not None and should_stop()):
+        if not groups:
             return []
         spec = [[{"library": c.library, "args_info": c.row.args_info} for c in g] for g in groups]
-        timer = timer or LocalTimer(threads)
         timed = timer.time_groups(spec, rounds)
     finally:  # every built candidate, measured or not
-        for plan in plans:
-            for c in plan:
-                if c.library is not None:
-                    _remove_candidate(str(c.library))
+        for c in everything:
+            if c.library is not None:
+                _remove_candidate(str(c.library))
     confirmations = []
     for group, per_candidate in zip(groups, timed, strict=True):
         for c, secs in zip(group, per_candidate, strict=True):
@@ -269,7 +376,7 @@ def confirm_tasks(
             confirmations.append(
                 Confirmation(
                     task=tasks[i].name,
-                    workload_id=workload_ids[i],
+                    workload_id=mine[0][1].row.workload_id,
                     recorded_ms=mine[0][1].row.mean_sec * 1e3,
                     confirmed_ms=best_sec * 1e3,
                     candidates=len(mine),
@@ -291,17 +398,6 @@ def _remove_candidate(path: str) -> None:
 def not_confirmed(why: str) -> str:
     """The event's line for a build without confirmation, saying why."""
     return f"not confirmed ({why}); the build uses the fastest trials"
-
-
-def summary_line(confirmations: Sequence[Confirmation]) -> str:
-    """One line for logs and events: how many tasks were confirmed and how many changed."""
-    if not confirmations:
-        return "no task had rivals to confirm"
-    changed = [c for c in confirmations if c.changed]
-    return (
-        f"{len(confirmations)} task(s) re-measured side by side, "
-        f"{len(changed)} chose another record than the fastest single measurement"
-    )
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ class TuneOptions:
 
     target: str | None = None
     trials_per_task: int = 64
+    #: Minutes for the search and the confirmation after it (the build and verification follow).
     budget_minutes: float | None = None
     threads: int | None = None
     seed: int = 0
@@ -90,7 +91,7 @@ class TuneOptions:
     #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
     fleet: str | None = None
     #: Re-measure each task's fastest records side by side before the build (tuner/confirm.py,
-    #: a few minutes beyond ``budget_minutes`` on ResNet-50); off: nothing is re-measured, and
+    #: within ``budget_minutes``: the search leaves it time); off: nothing is re-measured, and
     #: the build takes the fastest single measurements where no earlier job confirmed a record.
     confirm: bool = True
 

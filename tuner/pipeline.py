@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -22,7 +23,14 @@ from convtune.db.ms_database import SQLDatabase
 
 from .algorithms import choose_winograd, memory_bandwidth
 from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
-from .confirm import CandidateTimer, LocalTimer, confirm_tasks, not_confirmed, summary_line
+from .confirm import (
+    CandidateTimer,
+    ConfirmReport,
+    LocalTimer,
+    confirm_reserve_minutes,
+    confirm_tasks,
+    not_confirmed,
+)
 from .errors import ConvtuneError
 from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from .fleet import Fleet, FleetUnavailable, find_fleet
@@ -234,13 +242,19 @@ def tune_model(
     )
     for message in prepared.relax_model.fallbacks:
         emit("layout_fallback", {"message": message})
+    # The budget covers the search and the confirmation after it: the search leaves it a share.
+    budget = options.budget_minutes
+    deadline = time.monotonic() + budget * 60.0 if budget is not None else None
+    search_minutes = budget
+    if budget is not None and options.confirm:
+        search_minutes = budget - confirm_reserve_minutes(prepared.tasks, budget)
     search = run_search(
         prepared.tasks,
         prepared.database,
         prepared.target,
         trials_per_task=options.trials_per_task,
         threads=threads,
-        budget_minutes=options.budget_minutes,
+        budget_minutes=search_minutes,
         seed=options.seed,
         retune=options.retune,
         job_id=job_id,
@@ -251,10 +265,11 @@ def tune_model(
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
     if not options.confirm:
-        emit("confirmed", {"summary": not_confirmed("the job asked for none"), "tasks": []})
+        said = not_confirmed("the job asked for none")
+        emit("confirmed", {"summary": said, "tasks": [], "out_of_time": []})
     else:
         try:
-            confirmed = confirm_tasks(
+            report = confirm_tasks(
                 prepared.tasks,
                 prepared.workload_ids,
                 prepared.database,
@@ -262,12 +277,20 @@ def tune_model(
                 threads=threads,
                 timer=candidate_timer(fleet, threads),
                 should_stop=should_stop,
+                deadline=deadline,
             )
-            said = summary_line(confirmed)
+            said = report.summary()
         except ConvtuneError as exc:
             # Confirming only improves a choice the search already made: build without it.
-            confirmed, said = [], not_confirmed(str(exc))
-        emit("confirmed", {"summary": said, "tasks": [c.as_dict() for c in confirmed]})
+            report, said = ConfirmReport(), not_confirmed(str(exc))
+        emit(
+            "confirmed",
+            {
+                "summary": said,
+                "tasks": [c.as_dict() for c in report.confirmations],
+                "out_of_time": report.out_of_time,
+            },
+        )
     layers = layer_figures(prepared)
     winograd = choose_winograd(
         prepared.tasks,

@@ -73,7 +73,8 @@ class JobCreate(BaseModel):
         default=_DEFAULTS.budget_minutes,
         gt=0,
         allow_inf_nan=False,
-        description="None → bounded only by the server's per-job wall-clock cap",
+        description="minutes for the search and the confirmation after it (the build follows); "
+        "None → bounded only by the server's per-job wall-clock cap",
     )
     target: str | None = Field(
         default=_DEFAULTS.target,

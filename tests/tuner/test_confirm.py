@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,16 +11,22 @@ from sqlalchemy.orm import Session
 
 from convtune.db.models import CURRENT_TIMING, Timing, TuningRecordRow
 from convtune.tuner.confirm import (
+    CONFIRM_MAX_SHARE,
+    CONFIRM_SECONDS_PER_CANDIDATE,
     CONFIRM_WITHIN,
+    Confirmation,
+    ConfirmReport,
     _alternative_groups,
+    _chunks,
+    confirm_reserve_minutes,
+    confirm_tasks,
     not_confirmed,
     rotating_rounds,
-    summary_line,
 )
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import TuneOptions
-from convtune.tuner.pipeline import TuneResult, tune_model
+from convtune.tuner.pipeline import TuneResult, prepare_model, tune_model
 from tests.models import conv_net, three_conv_cnn, to_bytes
 
 
@@ -90,7 +97,7 @@ def test_the_build_uses_the_confirmed_records_and_a_rebuild_keeps_them(tmp_path,
     # Nothing new measured: nothing re-measured, the same records, the same library.
     again, _, payloads = _tune(ingested, tmp_path / "b", db_engine, options)
     assert payloads["confirmed"]["tasks"] == []
-    assert payloads["confirmed"]["summary"] == summary_line([])
+    assert payloads["confirmed"]["summary"] == ConfirmReport().summary()
     assert len(_rows(db_engine, Timing.CONFIRMED)) == len(stored)
     assert again.manifest["build_key"] == result.manifest["build_key"]
     assert again.manifest["reused_from_artifact"] == result.artifact_id
@@ -125,6 +132,7 @@ def test_a_job_that_asks_for_no_confirmation_measures_nothing_again(tmp_path, sq
     assert payloads["confirmed"] == {
         "summary": not_confirmed("the job asked for none"),
         "tasks": [],
+        "out_of_time": [],
     }
     assert _rows(sqlite_engine, Timing.CONFIRMED) == []
     assert not any(layer["confirmed"] for layer in result.manifest["layers"])
@@ -158,3 +166,49 @@ def test_rounds_rotate_and_a_group_shares_arguments_by_their_description():
     assert allocated == [[1], [2], [1]]
     assert dict(calls) == {"A": "args1", "B": "args2", "C": "args1", "D": "args3"}
     assert times == [[[1.0, 6.0, 8.0], [2.0, 4.0, 9.0], [3.0, 5.0, 7.0]], [[10.0, 11.0, 12.0]]]
+
+
+def test_chunks_keep_groups_whole_and_stay_under_the_size_unless_a_group_is_larger():
+    plans = [["a"] * 3, ["b"] * 2, ["c"] * 5, ["d"], ["e"] * 2]
+    chunks = _chunks(plans, 5)  # type: ignore[arg-type]
+    assert chunks == [[plans[0], plans[1]], [plans[2]], [plans[3], plans[4]]]
+    assert _chunks([["x"] * 7], 5) == [[["x"] * 7]]  # type: ignore[list-item]
+    assert _chunks([], 5) == []
+
+
+def test_the_search_leaves_confirmation_its_candidates_time_but_never_more_than_its_share():
+    tasks = [SimpleNamespace()] * 10
+    wanted = 10 * 3 * CONFIRM_SECONDS_PER_CANDIDATE / 60
+    assert confirm_reserve_minutes(tasks, 60.0) == pytest.approx(wanted)  # type: ignore[arg-type]
+    assert confirm_reserve_minutes(tasks, 1.0) == pytest.approx(CONFIRM_MAX_SHARE)  # type: ignore[arg-type]
+    assert confirm_reserve_minutes(tasks, 0.0) == 0.0  # type: ignore[arg-type]
+
+
+def test_the_summary_names_what_the_deadline_left_unconfirmed():
+    done = Confirmation("conv_a", 1, 1.0, 0.9, 3, changed=True)
+    assert ConfirmReport([done]).summary() == (
+        "1 task(s) re-measured side by side, 1 chose another record than the fastest single "
+        "measurement"
+    )
+    late = ConfirmReport([done], out_of_time=["conv_b", "conv_c"])
+    assert late.summary().endswith("; 2 task(s) left unconfirmed: the budget ran out")
+    assert ConfirmReport(out_of_time=["conv_b"]).summary().startswith("none confirmed; 1 task")
+
+
+@pytest.mark.slow
+def test_a_deadline_starts_no_chunk_it_cannot_finish_and_loses_no_task(tmp_path, sqlite_engine):
+    ingested = load_model(to_bytes(three_conv_cnn()), name="cnn3")
+    options = TuneOptions(trials_per_task=6, seed=2, confirm=False)
+    _tune(ingested, tmp_path / "a", sqlite_engine, options)
+    before = len(_rows(sqlite_engine, Timing.CONFIRMED))
+    prepared = prepare_model(ingested, engine=sqlite_engine, target=None, stored_path=None)
+    args = (prepared.tasks, prepared.workload_ids, prepared.database, prepared.target)
+
+    late = confirm_tasks(*args, threads=2, deadline=time.monotonic())
+    assert late.confirmations == [] and late.out_of_time, "no task had rivals to confirm"
+    assert len(_rows(sqlite_engine, Timing.CONFIRMED)) == before == 0  # nothing measured
+    assert len(set(late.out_of_time)) == len(late.out_of_time)
+
+    on_time = confirm_tasks(*args, threads=2, deadline=time.monotonic() + 600)
+    assert on_time.out_of_time == []
+    assert sorted(c.task for c in on_time.confirmations) == sorted(late.out_of_time)
