@@ -304,7 +304,8 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         "",
         f"Tuning: {tuning['seconds'] / 60:.1f} min, {tuning['trials_measured']} trials measured "
         f"({tuning['trials_per_task']} per task, budget {tuning['budget_minutes']} min, "
-        f"stopped: {tuning['reason']}); {len(tuning['untuned_tasks'])} task(s) left untuned.",
+        f"stopped: {tuning['reason']}); {len(tuning['untuned_tasks'])} task(s) left untuned. "
+        f"{start_state(tuning, report.get('curve'))}",
         "",
         *headline_markdown(report.get("bench_isolated"), bench),
         "",
@@ -453,6 +454,16 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         "profile": rows,
         "conv_spaces": conv_space_rows(engine, tuned.model_id),
     }
+
+
+def start_state(tuning: dict[str, Any], curve: list[dict[str, Any]] | None) -> str:
+    """Whether the run started cold, said beside its time: a warm run's figures owe part of their
+    speed to the records an earlier run left (a ratio from one is no cold-run result)."""
+    reused = int(tuning.get("reused_workloads") or 0)
+    total = f" of {curve[-1]['tasks']}" if curve else ""
+    if not reused:
+        return "Cold: no workload had records before the run."
+    return f"**Warm**: {reused}{total} workloads had records before the run."
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
