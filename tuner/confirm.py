@@ -197,7 +197,7 @@ class _Candidate:
     library: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class ConfirmReport:
     """What confirmation did: the tasks it re-measured, and those its time did not reach."""
 
@@ -232,9 +232,9 @@ def confirm_reserve_minutes(tasks: Sequence[ModelTask], budget_minutes: float) -
 
 
 def _plan_share(plan: Sequence[_Candidate], tasks: Sequence[ModelTask]) -> float:
-    """Seconds per inference the plan's convs take at their fastest trial (what confirming them
-    can save is a share of this)."""
-    return max(c.row.mean_sec * max(1, tasks[c.index].occurrences) for c in plan)
+    """Seconds per inference the group takes with its fastest record (a conv runs as its fastest
+    alternative); what confirming the group can save is a share of this."""
+    return min(c.row.mean_sec * max(1, tasks[c.index].occurrences) for c in plan)
 
 
 def _chunks(plans: Sequence[list[_Candidate]], size: int) -> list[list[list[_Candidate]]]:
@@ -290,9 +290,11 @@ def confirm_tasks(
                 chosen += [_Candidate(i, row) for row in rows if row.mean_sec <= bound]
         if len(chosen) >= 2:
             plans.append(chosen)
+    report = ConfirmReport()
+    if not plans:
+        return report
     plans.sort(key=lambda plan: -_plan_share(plan, tasks))
     timer = timer or LocalTimer(threads)
-    report = ConfirmReport()
     from .builder import CandidateBuilder
 
     builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))

@@ -17,7 +17,9 @@ from convtune.tuner.confirm import (
     Confirmation,
     ConfirmReport,
     _alternative_groups,
+    _Candidate,
     _chunks,
+    _plan_share,
     confirm_reserve_minutes,
     confirm_tasks,
     not_confirmed,
@@ -174,6 +176,16 @@ def test_chunks_keep_groups_whole_and_stay_under_the_size_unless_a_group_is_larg
     assert chunks == [[plans[0], plans[1]], [plans[2]], [plans[3], plans[4]]]
     assert _chunks([["x"] * 7], 5) == [[["x"] * 7]]  # type: ignore[list-item]
     assert _chunks([], 5) == []
+
+
+def test_a_group_holds_the_model_time_of_its_fastest_record_times_its_occurrences():
+    tasks = [SimpleNamespace(occurrences=1), SimpleNamespace(occurrences=1)]
+    direct, winograd = SimpleNamespace(mean_sec=5e-4), SimpleNamespace(mean_sec=3e-4)
+    alternatives = [_Candidate(0, direct), _Candidate(1, winograd)]  # type: ignore[arg-type]
+    assert _plan_share(alternatives, tasks) == pytest.approx(3e-4)  # type: ignore[arg-type]
+    repeated = [SimpleNamespace(occurrences=5)]
+    rivals = [_Candidate(0, SimpleNamespace(mean_sec=1e-4))] * 2  # type: ignore[arg-type]
+    assert _plan_share(rivals, repeated) == pytest.approx(5e-4)  # type: ignore[arg-type]
 
 
 def test_the_search_leaves_confirmation_its_candidates_time_but_never_more_than_its_share():
