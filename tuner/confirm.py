@@ -214,7 +214,7 @@ class ConfirmReport:
             else ""
         )
         if not self.confirmations:
-            return ("no task had rivals to confirm" if not left else "none confirmed") + left
+            return f"none confirmed{left}" if self.out_of_time else "no task had rivals to confirm"
         changed = [c for c in self.confirmations if c.changed]
         return (
             f"{len(self.confirmations)} task(s) re-measured side by side, "

@@ -265,8 +265,7 @@ def tune_model(
     if fleet is not None and search.paused:
         raise FleetUnavailable(f"fleet {fleet.name} {search.reason}")
     if not options.confirm:
-        said = not_confirmed("the job asked for none")
-        emit("confirmed", {"summary": said, "tasks": [], "out_of_time": []})
+        report, said = ConfirmReport(), not_confirmed("the job asked for none")
     else:
         try:
             report = confirm_tasks(
@@ -283,14 +282,14 @@ def tune_model(
         except ConvtuneError as exc:
             # Confirming only improves a choice the search already made: build without it.
             report, said = ConfirmReport(), not_confirmed(str(exc))
-        emit(
-            "confirmed",
-            {
-                "summary": said,
-                "tasks": [c.as_dict() for c in report.confirmations],
-                "out_of_time": report.out_of_time,
-            },
-        )
+    emit(
+        "confirmed",
+        {
+            "summary": said,
+            "tasks": [c.as_dict() for c in report.confirmations],
+            "out_of_time": report.out_of_time,
+        },
+    )
     layers = layer_figures(prepared)
     winograd = choose_winograd(
         prepared.tasks,
