@@ -22,7 +22,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -216,8 +217,10 @@ def ort_node_times(
     runs: int,
     *,
     optimization: str = "all",
-) -> dict[str, float]:
-    """Median milliseconds per ONNX node name over ``runs`` profiled runs (after one warm-up).
+) -> tuple[dict[str, float], float]:
+    """Median milliseconds per ONNX node name over ``runs`` profiled runs (after one warm-up), and
+    the median milliseconds of a whole run of an unprofiled session, its runs alternating with
+    the profiled ones (as :func:`tvm_layer_times` pairs TVM's).
 
     A fused kernel's time is reported under the ONNX node it grew from (its Conv); ops folded into
     it do not appear. ``optimization`` is ``"all"`` (what a deployment runs), ``"extended"``,
@@ -236,16 +239,26 @@ def ort_node_times(
         opts.enable_profiling = True
         opts.profile_file_prefix = str(pathlib.Path(tmp, "ort"))
         opts.graph_optimization_level = _LEVELS[optimization]
-        sess = ort_session(model_bytes, threads, opts)
+        profiled = ort_session(model_bytes, threads, opts)
+        plain_opts = ort.SessionOptions()
+        plain_opts.graph_optimization_level = _LEVELS[optimization]
+        plain = ort_session(model_bytes, threads, plain_opts)
+        inputs = dict(feeds)
+        plain.run(None, inputs)
+        whole = []
         for _ in range(runs + 1):
-            sess.run(None, dict(feeds))
-        events = _load_trace(sess.end_profiling())
+            profiled.run(None, inputs)
+            started = time.perf_counter()
+            plain.run(None, inputs)
+            whole.append(time.perf_counter() - started)
+        events = _load_trace(profiled.end_profiling())
     per_run = _per_run_totals(events, resolve)[1:]  # the first run pays allocation: warm-up
     names = {name for run in per_run for name in run}
-    return {
+    nodes = {
         name: statistics.median(run.get(name, 0.0) for run in per_run) / 1e3
         for name in sorted(names)
     }
+    return nodes, statistics.median(whole[1:]) * 1e3
 
 
 _VM_BUILTIN_PREFIX = "vm.builtin."
@@ -288,36 +301,24 @@ def _warm_vm(
     return vm, args
 
 
-def tvm_end_to_end_ms(
-    vm_module_path: str | os.PathLike[str],
-    feeds: Mapping[str, np.ndarray],
-    threads: int,
-    *,
-    runs: int = 5,
-) -> float:
-    """Median milliseconds of a whole un-instrumented run of ``main`` (after one warm-up)."""
-    vm, args = _warm_vm(vm_module_path, feeds, threads, runs)
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        vm["main"](*args)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
-
-
 def tvm_layer_times(
     vm_module_path: str | os.PathLike[str],
     feeds: Mapping[str, np.ndarray],
     threads: int,
     *,
     runs: int = 5,
-) -> dict[str, float]:
-    """Median milliseconds per compiled function (fused TIR kernel) of a built Relax VM library.
+) -> tuple[dict[str, float], float]:
+    """Median milliseconds per compiled function (fused TIR kernel) of a built Relax VM library,
+    and the median milliseconds of a whole un-instrumented run of ``main``.
 
     ``vm_module_path`` is a library exported by ``Executable.export_library``; ``feeds`` are keyed
-    by the names of ``main``'s parameters. One un-instrumented warm-up run precedes ``runs`` timed
-    runs; a function called several times in a run (one kernel shared by identical layers)
-    reports the sum of its calls. VM builtins (allocation, reshape views) are left out.
+    by the names of ``main``'s parameters. After one warm-up run, ``runs`` instrumented runs
+    alternate with ``runs`` plain ones, so that the end-to-end figure and the kernels' figures
+    see the same machine: measured in separate passes seconds apart, a burst of other work in one
+    of them showed a ResNet-50 on a Zen 5 VM 3.8 ms "outside kernels" (16%) that a paired pass
+    a minute later put at 0. A function called several times in a run (one kernel shared by
+    identical layers) reports the sum of its calls. VM builtins (allocation, reshape views) are
+    left out.
     """
     vm, args = _warm_vm(vm_module_path, feeds, threads, runs)
 
@@ -334,17 +335,24 @@ def tvm_layer_times(
             current[symbol] = current.get(symbol, 0.0) + now - starts.pop()
         return 0  # VMInstrumentReturnKind.NO_OP
 
-    vm.set_instrument(instrument)
+    main = vm["main"]
     per_run: list[dict[str, float]] = []
+    whole: list[float] = []
     for _ in range(runs):
+        vm.set_instrument(instrument)
         current = {}
-        vm["main"](*args)
+        main(*args)
         per_run.append(current)
+        vm.set_instrument(None)
+        started = time.perf_counter()
+        main(*args)
+        whole.append(time.perf_counter() - started)
     names = {name for run in per_run for name in run}
-    return {
+    kernels = {
         name: statistics.median(run.get(name, 0.0) for run in per_run) * 1e3
         for name in sorted(names)
     }
+    return kernels, statistics.median(whole) * 1e3
 
 
 #: How far the instrumented kernels may sum above an un-instrumented run before the pass counts
@@ -356,7 +364,7 @@ DISTURBED_EXCESS = 0.15
 DISTURBED_NOTE = (
     "other work took the cores while the layers were timed; profile again on a quiet machine"
 )
-#: Passes of :func:`consistent_layer_times` at most: noise from other tenants comes in bursts.
+#: Passes of :func:`consistent_times` at most: noise from other tenants comes in bursts.
 PROFILE_PASSES = 3
 
 
@@ -371,30 +379,35 @@ def least_disturbed(passes: list[tuple[dict[str, float], float]]) -> tuple[int, 
     return best, excess[best] > DISTURBED_EXCESS
 
 
-def consistent_layer_times(
-    vm_module_path: str | os.PathLike[str],
-    feeds: Mapping[str, np.ndarray],
-    threads: int,
-    *,
-    runs: int = 5,
-    passes: int = PROFILE_PASSES,
-) -> tuple[dict[str, float], float, bool]:
-    """:func:`tvm_layer_times` checked against :func:`tvm_end_to_end_ms` measured beside it.
+@dataclass(frozen=True)
+class KernelTimes:
+    """One runtime's profile of a model: per kernel (or ONNX node), end to end, and whether the
+    kernels still summed above the end-to-end time after :func:`consistent_times`' passes."""
 
-    A pass whose kernels sum to more than the end-to-end time by :data:`DISTURBED_EXCESS` was
+    kernels: dict[str, float]
+    end_to_end_ms: float
+    disturbed: bool
+
+
+def consistent_times(
+    measure: Callable[[], tuple[dict[str, float], float]], passes: int = PROFILE_PASSES
+) -> KernelTimes:
+    """``measure()`` (per-kernel ms, end-to-end ms: :func:`tvm_layer_times` or
+    :func:`ort_node_times`), checked against itself.
+
+    A pass whose kernels sum to more than its end-to-end time by :data:`DISTURBED_EXCESS` was
     slowed by other work, so it is measured again, up to ``passes`` passes, and the least
-    disturbed one is kept. Returns its per-kernel times, its end-to-end time, and whether it is
-    still disturbed (the caller says so rather than print numbers that do not add up).
+    disturbed one is kept, flagged if even it is still disturbed (the caller says so rather than
+    print numbers that do not add up).
     """
     taken: list[tuple[dict[str, float], float]] = []
     for _ in range(max(1, passes)):
-        end_to_end = tvm_end_to_end_ms(vm_module_path, feeds, threads, runs=runs)
-        taken.append((tvm_layer_times(vm_module_path, feeds, threads, runs=runs), end_to_end))
+        taken.append(measure())
         index, disturbed = least_disturbed(taken)
         if not disturbed:
             break
-    layers, end_to_end = taken[index]
-    return layers, end_to_end, disturbed
+    kernels, end_to_end = taken[index]
+    return KernelTimes(kernels, end_to_end, disturbed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,15 +420,15 @@ _TVM_LAYERS, _ORT_NODES = "tvm-layers", "ort-nodes"
 def _child_main(spec_json: str) -> None:
     """One measurement of :func:`profile_model` in this fresh process, printed as one JSON line."""
     spec = json.loads(spec_json)
-    feeds = load_feeds(spec)
+    feeds, threads, runs = load_feeds(spec), spec["threads"], spec["runs"]
     if spec["kind"] == _TVM_LAYERS:
-        layers, end_to_end, disturbed = consistent_layer_times(
-            spec["library"], feeds, spec["threads"], runs=spec["runs"]
+        times = consistent_times(
+            lambda: tvm_layer_times(spec["library"], feeds, threads, runs=runs)
         )
-        print(json.dumps({"layers": layers, "end_to_end": end_to_end, "disturbed": disturbed}))
     else:
         model_bytes = Path(spec["model"]).read_bytes()
-        print(json.dumps(ort_node_times(model_bytes, feeds, spec["threads"], spec["runs"])))
+        times = consistent_times(lambda: ort_node_times(model_bytes, feeds, threads, runs))
+    print(json.dumps(asdict(times)))
 
 
 def _measure_in_children(
@@ -424,9 +437,9 @@ def _measure_in_children(
     feeds: Mapping[str, np.ndarray],
     threads: int,
     runs: int,
-) -> tuple[dict[str, float], float, bool, dict[str, float]]:
-    """:func:`consistent_layer_times` of ``so_path`` and :func:`ort_node_times` of the model,
-    each in a new process: (per-kernel ms, end-to-end ms, disturbed, per-ONNX-node ms)."""
+) -> tuple[KernelTimes, KernelTimes]:
+    """:func:`consistent_times` of ``so_path``'s kernels and of onnxruntime's nodes of the model,
+    each in a new process."""
     with tempfile.TemporaryDirectory(prefix="convtune-profile-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         model_path.write_bytes(ingested.model.SerializeToString())
@@ -441,12 +454,12 @@ def _measure_in_children(
             what="profile: the TVM layers",
             env=tvm_process_env(threads),
         )
-        ort_ms = run_child(
+        ort_nodes = run_child(
             "convtune.tuner.profile",
             {**base, "kind": _ORT_NODES, "model": str(model_path)},
             what="profile: onnxruntime's nodes",
         )
-    return tvm["layers"], tvm["end_to_end"], tvm["disturbed"], ort_ms
+    return KernelTimes(**tvm), KernelTimes(**ort_nodes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,8 +516,9 @@ def profile_model(
     task and a row; ``calls`` counts them) and per compiled function no task covers, slowest
     first, then :data:`OUTSIDE_KERNELS` (``ms`` = the median end-to-end time of un-instrumented
     runs, also in ``end_to_end_ms``, minus the kernels' sum, at least 0; ``disturbed`` when the
-    kernels still summed above it after :func:`consistent_layer_times`' passes), then
-    :data:`ORT_OTHER`.
+    kernels still summed above it after :func:`consistent_times`' passes), then
+    :data:`ORT_OTHER` (onnxruntime's nodes no row took, with its own ``end_to_end_ms`` and
+    ``disturbed``).
     ``ms`` is the summed median time of the task's functions in
     one run; ``ort_ms`` sums onnxruntime's per-node medians over the row's ``onnx_nodes`` (None
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
@@ -524,12 +538,11 @@ def profile_model(
         relax_model = model_for_target(ingested, target, layout, winograd)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
     built = set(task_of.values())
-    tvm_ms, end_to_end, disturbed, ort_ms = _measure_in_children(
-        ingested, so_path, feeds, threads, runs
-    )
+    ours, theirs = _measure_in_children(ingested, so_path, feeds, threads, runs)
+    ort_ms = theirs.kernels
 
     per_row: dict[str, float] = {}
-    for symbol, ms in tvm_ms.items():
+    for symbol, ms in ours.kernels.items():
         key = task_of.get(symbol, symbol)
         per_row[key] = per_row.get(key, 0.0) + ms
     total = sum(per_row.values())
@@ -575,23 +588,27 @@ def profile_model(
     # What no kernel accounts for: VM dispatch, allocation, the Python call. Measured on
     # un-instrumented runs, so the hook's own cost is not in it (0 when noise makes the sum of
     # kernels exceed the end-to-end time).
-    shape = f"end to end {end_to_end:.3f} ms"
-    if disturbed:
+    shape = f"end to end {ours.end_to_end_ms:.3f} ms"
+    if ours.disturbed:
         shape += f"; kernels sum to {total:.3f} ms: {DISTURBED_NOTE}"
     rows.append(
         {
             "layer": OUTSIDE_KERNELS, "op": "", "shape": shape,
-            "onnx_nodes": [], "calls": 0, "flops": 0.0, "ms": max(0.0, end_to_end - total),
+            "onnx_nodes": [], "calls": 0, "flops": 0.0,
+            "ms": max(0.0, ours.end_to_end_ms - total),
             "ort_ms": None, "gflops": None, "pct_peak": None, "share": None,
-            "end_to_end_ms": end_to_end, "disturbed": disturbed,
+            "end_to_end_ms": ours.end_to_end_ms, "disturbed": ours.disturbed,
         }
     )  # fmt: skip
     rest = sum(ms for name, ms in ort_ms.items() if name not in attributed)
+    ort_shape = f"end to end {theirs.end_to_end_ms:.3f} ms"
+    if theirs.disturbed:
+        ort_shape += f"; nodes sum to {sum(ort_ms.values()):.3f} ms: {DISTURBED_NOTE}"
     rows.append(
         {
-            "layer": ORT_OTHER, "op": "", "shape": "", "onnx_nodes": [], "calls": 0,
+            "layer": ORT_OTHER, "op": "", "shape": ort_shape, "onnx_nodes": [], "calls": 0,
             "flops": 0.0, "ms": None, "ort_ms": rest, "gflops": None, "pct_peak": None,
-            "share": None,
+            "share": None, "end_to_end_ms": theirs.end_to_end_ms, "disturbed": theirs.disturbed,
         }
     )  # fmt: skip
     return rows

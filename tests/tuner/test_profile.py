@@ -13,6 +13,8 @@ from convtune.tuner.profile import (
     DISTURBED_EXCESS,
     ORT_OTHER,
     OUTSIDE_KERNELS,
+    KernelTimes,
+    consistent_times,
     least_disturbed,
     ort_node_times,
     profile_model,
@@ -62,7 +64,7 @@ FEEDS = {"x": np.random.default_rng(1).standard_normal((1, 32, 56, 56)).astype(n
 
 
 def test_fused_kernels_are_attributed_to_their_conv():
-    times = ort_node_times(_model(), FEEDS, threads=1, runs=5)
+    times, end_to_end = ort_node_times(_model(), FEEDS, threads=1, runs=5)
     assert {"heavy", "light"} <= set(times)
     # BN/Relu/Add were folded into the convs: they have no time of their own.
     assert not {"bn", "relu1", "residual", "relu2"} & set(times)
@@ -71,10 +73,12 @@ def test_fused_kernels_are_attributed_to_their_conv():
     assert all(v > 0 for v in times.values())
     # 9× the FLOPs: a profiler that misattributes or mixes up nodes fails this.
     assert times["heavy"] > 2 * times["light"]
+    # The unprofiled session's whole run, timed beside: about what its nodes add up to.
+    assert 0.5 * sum(times.values()) < end_to_end < 2 * sum(times.values())
 
 
 def test_unoptimized_graph_reports_every_onnx_node():
-    times = ort_node_times(_model(), FEEDS, threads=1, runs=2, optimization="none")
+    times, _ = ort_node_times(_model(), FEEDS, threads=1, runs=2, optimization="none")
     assert set(times) == {"heavy", "bn", "relu1", "light", "residual", "relu2"}
     assert times["heavy"] > times["light"]
 
@@ -116,13 +120,16 @@ def test_tvm_layer_times_per_fused_function(tmp_path):
 
     model, path = _build_fused_library(tmp_path)
     feeds = random_inputs(model)
-    times = tvm_layer_times(path, feeds, threads=1, runs=3)
+    times, end_to_end = tvm_layer_times(path, feeds, threads=1, runs=3)
     convs = [name for name in times if "conv2d" in name]
     assert len(convs) >= 2, times
     assert not any(name.startswith("vm.builtin.") for name in times)
     assert all(v > 0 for v in times.values())
     # Untuned convs are naive loops: they dominate everything else in the net.
     assert sum(times[c] for c in convs) > 0.5 * sum(times.values())
+    # The whole run is timed beside the kernels (alternating runs): it holds them all, and little
+    # else, since the naive convs take milliseconds and the VM's own work microseconds.
+    assert 0.8 * sum(times.values()) < end_to_end < 1.5 * sum(times.values())
 
     with pytest.raises(ConvtuneError, match="missing input"):
         tvm_layer_times(path, {}, threads=1)
@@ -185,6 +192,21 @@ def test_profile_rows_cover_every_anchor_node_once(build, tmp_path):
     agrees = kernels <= (1 + DISTURBED_EXCESS) * outside["end_to_end_ms"]
     assert outside["disturbed"] is not agrees
     assert ("kernels sum to" in outside["shape"]) is outside["disturbed"]
+    # onnxruntime's row says the same of its nodes against its own unprofiled runs.
+    theirs = rows[-1]
+    assert theirs["end_to_end_ms"] > 0
+    assert ("nodes sum to" in theirs["shape"]) is theirs["disturbed"]
+
+
+def test_passes_stop_at_the_first_undisturbed_one():
+    passes = iter([({"conv": 58.0}, 34.5), ({"conv": 33.0}, 34.0), ({"conv": 30.0}, 34.0)])
+    taken = consistent_times(lambda: next(passes), passes=3)
+    assert taken == KernelTimes({"conv": 33.0}, 34.0, False)
+    assert next(passes) == ({"conv": 30.0}, 34.0)  # the third pass was never measured
+    bursts = iter([({"conv": 70.0}, 34.0), ({"conv": 58.0}, 34.5)])
+    assert consistent_times(lambda: next(bursts), passes=2) == KernelTimes(
+        {"conv": 58.0}, 34.5, True
+    )
 
 
 def test_the_least_disturbed_pass_is_kept_and_flagged_only_when_it_still_disagrees():
@@ -270,7 +292,7 @@ def test_every_anchor_node_gets_its_onnxruntime_time(named):
     ]
     assert len(anchors) == 6
     feeds = {"x": np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)}
-    times = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=3)
+    times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=3)
     assert all(times.get(a, 0.0) > 0 for a in anchors), times
     # Fused activations, adds and the BN-less residual leave no time of their own.
     folded = [
@@ -300,7 +322,7 @@ def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
     assert up.onnx_nodes == ["up"] and up.kind == "conv"
     assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 2 * 2
     feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
-    times = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
+    times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
     assert times["up"] > 0 and times["down"] > 0
 
 
