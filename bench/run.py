@@ -43,7 +43,7 @@ from convtune.tuner.ingest import load_model
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
 from convtune.tuner.peak import PeakResult
 from convtune.tuner.pipeline import tune_model
-from convtune.tuner.profile import profile_model
+from convtune.tuner.profile import ORT_OTHER, profile_model
 from convtune.tuner.reference import openvino_version
 from convtune.tuner.results import peak_for_threads, resolve_peak, store_artifact_results
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, fmt, markdown
@@ -313,6 +313,7 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         *bench_section("End to end, interleaved", bench),
         "## Per layer (tuned artifact, onnxruntime per node on the same threads)",
         "",
+        *profile_caveats(report["profile"]),
         *markdown(PROFILE_COLUMNS, report["profile"]),
         "",
     ]
@@ -464,6 +465,18 @@ def start_state(tuning: dict[str, Any], curve: list[dict[str, Any]] | None) -> s
     if not reused:
         return "Cold: no workload had records before the run."
     return f"**Warm**: {reused}{total} workloads had records before the run."
+
+
+def profile_caveats(rows: list[dict[str, Any]]) -> list[str]:
+    """A line above the per-layer table for each runtime whose profile still did not add up after
+    its passes (``disturbed``): its per-layer figures, and every ratio taken from them in the
+    search table below, were measured while other work had the cores."""
+    lines = []
+    for row in rows:
+        if row.get("disturbed"):
+            whose = "onnxruntime's nodes" if row["layer"] == ORT_OTHER else "our kernels"
+            lines += [f"> **Disturbed**: {whose}: {row['shape']}.", ""]
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
