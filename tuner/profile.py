@@ -244,15 +244,14 @@ def ort_node_times(
         plain_opts.graph_optimization_level = _LEVELS[optimization]
         plain = ort_session(model_bytes, threads, plain_opts)
         inputs = dict(feeds)
-        plain.run(None, inputs)
         whole = []
-        for _ in range(runs + 1):
+        for _ in range(runs + 1):  # the first of each pays allocation: warm-up
             profiled.run(None, inputs)
             started = time.perf_counter()
             plain.run(None, inputs)
             whole.append(time.perf_counter() - started)
         events = _load_trace(profiled.end_profiling())
-    per_run = _per_run_totals(events, resolve)[1:]  # the first run pays allocation: warm-up
+    per_run = _per_run_totals(events, resolve)[1:]
     names = {name for run in per_run for name in run}
     nodes = {
         name: statistics.median(run.get(name, 0.0) for run in per_run) / 1e3
