@@ -83,8 +83,7 @@ _installed = False
 def use_fast_exp() -> None:
     """Make every later compile in this process lower fp32 exp by :func:`fast_exp` (idempotent).
 
-    Called by the two places that compile: the candidate builder's worker processes and the
-    model build, so a candidate is measured with the exp its artifact will run.
+    Installed with the rest of our lowering by ``lowering.use_convtune_lowering``.
     """
     global _installed
     if not _installed:

@@ -54,6 +54,7 @@ from .nchwc_conv import (
     register_block_space,
 )
 from .nchwc_conv2d import OC_BLOCKS, ROW_BLOCKS, conv_extents
+from .prefetch import sample_weight_prefetch
 
 SPACE_NAME = "nchwc-kblock"
 #: Input-channel blocks a conv needs for this space (512 channels in blocks of 16): below it the
@@ -100,6 +101,8 @@ def schedule_reduction_blocked(
         oc_outer, oh_par, ic_chunk, oh_seq, ow_outer, ic_in, kh, kw, ic_inner,
         oh_in, ow_in, oc_in, oc_block,
     )  # fmt: skip
+    # The next chunk's weights stream in while this chunk's sweep runs (prefetch.py).
+    sample_weight_prefetch(sch, conv, ic_chunk)
     threads = sch.fuse(n, oc_outer, oh_par)
     sch.parallel(threads)
     for loop in (oh_in, ow_in, oc_in):

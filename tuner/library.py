@@ -16,7 +16,7 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from convtune.schedules.fast_math import use_fast_exp
+from convtune.schedules.lowering import use_convtune_lowering
 
 from .artifact_files import LIBRARY_NAME
 from .extract import RelaxModel, model_for_target
@@ -32,7 +32,7 @@ def build_library(
     A task without a successful record compiles to TVM's unscheduled loops: callers list such tasks
     (``untuned``) in the manifest instead of hiding them.
     """
-    use_fast_exp()  # the exp its candidates were measured with
+    use_convtune_lowering()  # as its candidates were lowered when measured
     executable = ms.relax_integration.compile_relax(database, relax_model.mod, target, params=None)
     return _publish(out_dir, lambda partial: executable.export_library(str(partial)))
 

@@ -17,6 +17,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from convtune.schedules.base import ScheduleSpace
+from convtune.schedules.lowering import use_convtune_lowering
 from convtune.tuner.extract import ModelTask, extract_tasks
 from convtune.tuner.ingest import load_model
 from convtune.tuner.target import make_target
@@ -49,7 +50,9 @@ def random_args(mod: IRModule, seed: int = 0) -> list[np.ndarray]:
 
 
 def run(mod: IRModule, args: list[np.ndarray]) -> np.ndarray:
-    """The last argument (TIR's destination) after running ``mod`` on copies of ``args``."""
+    """The last argument (TIR's destination) after running ``mod`` on copies of ``args``,
+    lowered as the builder lowers it."""
+    use_convtune_lowering()
     lib = tvm.compile(mod, target=make_target(None))
     device = tvm.cpu()
     tensors = [tvm.runtime.tensor(a.copy(), device) for a in args]
