@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         stats = interleaved(runners, warmup=3, rounds=args.rounds, min_round_s=0.02)
         # onnxruntime's conv kernel alone (its profiler), next to our kernels measured alone by
         # the tuner: the single-Conv models pay layout reorders on both sides.
-        ort_kernels, _ = ort_node_times(model_bytes, feeds, args.threads, runs=args.rounds)
+        ort_kernels, _ = ort_node_times(
+            model_bytes, feeds, args.threads, runs=args.rounds, end_to_end=False
+        )
         row: dict = {
             "workload": describe(entry),
             "count": entry["count"],

@@ -15,6 +15,7 @@ except for the Python call return itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 import re
@@ -217,10 +218,12 @@ def ort_node_times(
     runs: int,
     *,
     optimization: str = "all",
+    end_to_end: bool = True,
 ) -> tuple[dict[str, float], float]:
     """Median milliseconds per ONNX node name over ``runs`` profiled runs (after one warm-up), and
     the median milliseconds of a whole run of an unprofiled session, its runs alternating with
-    the profiled ones (as :func:`tvm_layer_times` pairs TVM's).
+    the profiled ones (as :func:`tvm_layer_times` pairs TVM's); NaN with ``end_to_end=False``,
+    which builds no second session (for callers that use the nodes only).
 
     A fused kernel's time is reported under the ONNX node it grew from (its Conv); ops folded into
     it do not appear. ``optimization`` is ``"all"`` (what a deployment runs), ``"extended"``,
@@ -240,16 +243,19 @@ def ort_node_times(
         opts.profile_file_prefix = str(pathlib.Path(tmp, "ort"))
         opts.graph_optimization_level = _LEVELS[optimization]
         profiled = ort_session(model_bytes, threads, opts)
-        plain_opts = ort.SessionOptions()
-        plain_opts.graph_optimization_level = _LEVELS[optimization]
-        plain = ort_session(model_bytes, threads, plain_opts)
+        plain = None
+        if end_to_end:
+            plain_opts = ort.SessionOptions()
+            plain_opts.graph_optimization_level = _LEVELS[optimization]
+            plain = ort_session(model_bytes, threads, plain_opts)
         inputs = dict(feeds)
         whole = []
         for _ in range(runs + 1):  # the first of each pays allocation: warm-up
             profiled.run(None, inputs)
-            started = time.perf_counter()
-            plain.run(None, inputs)
-            whole.append(time.perf_counter() - started)
+            if plain is not None:
+                started = time.perf_counter()
+                plain.run(None, inputs)
+                whole.append(time.perf_counter() - started)
         events = _load_trace(profiled.end_profiling())
     per_run = _per_run_totals(events, resolve)[1:]
     names = {name for run in per_run for name in run}
@@ -257,7 +263,7 @@ def ort_node_times(
         name: statistics.median(run.get(name, 0.0) for run in per_run) / 1e3
         for name in sorted(names)
     }
-    return nodes, statistics.median(whole[1:]) * 1e3
+    return nodes, statistics.median(whole[1:]) * 1e3 if whole else math.nan
 
 
 _VM_BUILTIN_PREFIX = "vm.builtin."

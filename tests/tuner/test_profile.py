@@ -1,5 +1,7 @@
 """onnxruntime per-node times, attributed back to the ONNX nodes of the original graph."""
 
+import math
+
 import numpy as np
 import onnx
 import pytest
@@ -75,6 +77,12 @@ def test_fused_kernels_are_attributed_to_their_conv():
     assert times["heavy"] > 2 * times["light"]
     # The unprofiled session's whole run, timed beside: about what its nodes add up to.
     assert 0.5 * sum(times.values()) < end_to_end < 2 * sum(times.values())
+
+
+def test_nodes_only_skips_the_end_to_end_session():
+    times, end_to_end = ort_node_times(_model(), FEEDS, threads=1, runs=2, end_to_end=False)
+    assert {"heavy", "light"} <= set(times)
+    assert math.isnan(end_to_end)
 
 
 def test_unoptimized_graph_reports_every_onnx_node():
