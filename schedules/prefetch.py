@@ -56,8 +56,8 @@ CACHE_LINE_BYTES = 64
 PIPELINE = "s_tir"
 
 
-#: Source-loop iterations ahead the search may choose (0: no prefetch): one is the next
-#: reduction chunk or the next parallel task; two leaves the lines more time to arrive.
+#: Source-loop iterations ahead the search may choose (0: no prefetch); two leaves the lines
+#: more time to arrive than one.
 DISTANCES = (0, 1, 2)
 
 
@@ -270,12 +270,16 @@ def _with_prefix(stmt: tirx.Stmt, path: list[tirx.For], prefix: list[tirx.Stmt])
     def on_for(loop: tirx.For) -> tirx.For:
         if not loop.same_as(innermost):
             return loop
-        return tirx.For(
-            loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt([*prefix, loop.body]),
-            loop.thread_binding, loop.annotations, loop.step,
-        )  # fmt: skip
+        return _rebuilt(loop, tirx.SeqStmt([*prefix, loop.body]), dict(loop.annotations))
 
     return tvm_ffi.structural_map(stmt, (tirx.For, on_for), order="pre")
+
+
+def _rebuilt(loop: tirx.For, body: tirx.Stmt, annotations: dict[str, Any]) -> tirx.For:
+    return tirx.For(
+        loop.loop_var, loop.min, loop.extent, loop.kind, body,
+        loop.thread_binding, annotations, loop.step,
+    )  # fmt: skip
 
 
 def _source(loop: tirx.For) -> tuple[str, int] | None:
@@ -311,10 +315,7 @@ def inject_prefetch(func: tirx.PrimFunc) -> tirx.PrimFunc:
         annotations = {
             k: v for k, v in loop.annotations.items() if not str(k).startswith(SOURCE_ANNOTATION)
         }
-        return tirx.For(
-            loop.loop_var, loop.min, loop.extent, loop.kind, body,
-            loop.thread_binding, annotations, loop.step,
-        )  # fmt: skip
+        return _rebuilt(loop, body, annotations)
 
     return func.with_body(tvm_ffi.structural_map(func.body, (tirx.For, on_for)))
 
