@@ -23,7 +23,9 @@ from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args
 ROWS, BLOCKS, DEPTH, LANES, CHUNK = 8, 8, 256, 16, 16
 
 
-def _gemm(distance: int) -> tuple[IRModule, Schedule]:
+def _gemm(distance: int, rows_inside_chunk: bool = True) -> tuple[IRModule, Schedule]:
+    """The GEMM with ``W``'s next chunk prefetched ``distance`` chunks ahead; the rows loop
+    inside the chunk loop (and the chunk's inner reduction unrolled), or outside it."""
     a = te.placeholder((ROWS, DEPTH), name="A")
     w = te.placeholder((BLOCKS, DEPTH, LANES), name="W")
     k = te.reduce_axis((0, DEPTH), "k")
@@ -33,9 +35,12 @@ def _gemm(distance: int) -> tuple[IRModule, Schedule]:
     sch = Schedule(IRModule({"main": te.create_prim_func([a, w, c])}))
     i, o, b, kk = sch.get_loops(sch.get_sblock("C"))
     chunk, inner = sch.split(kk, [None, CHUNK])
-    sch.reorder(o, chunk, i, inner, b)
+    if rows_inside_chunk:
+        sch.reorder(o, chunk, i, inner, b)
+        sch.unroll(inner)
+    else:
+        sch.reorder(i, o, chunk, inner, b)
     sch.vectorize(b)
-    sch.unroll(inner)
     prefetch.annotate_prefetch(sch, chunk, "W", distance)
     return sch.mod, sch
 
@@ -105,19 +110,8 @@ def test_prefetches_the_next_chunk_spread_over_its_rows() -> None:
 def test_prefetches_spread_no_deeper_than_one_line_per_iteration() -> None:
     """A source whose inner loop has as many iterations as the next chunk has lines (16):
     one line at the top of each, none at the source's own level."""
-    a = te.placeholder((ROWS, DEPTH), name="A")
-    w = te.placeholder((BLOCKS, DEPTH, LANES), name="W")
-    k = te.reduce_axis((0, DEPTH), "k")
-    c = te.compute(
-        (ROWS, BLOCKS, LANES), lambda i, o, b: te.sum(a[i, k] * w[o, k, b], axis=k), name="C"
-    )
-    sch = Schedule(IRModule({"main": te.create_prim_func([a, w, c])}))
-    i, o, b, kk = sch.get_loops(sch.get_sblock("C"))
-    chunk, inner = sch.split(kk, [None, CHUNK])
-    sch.reorder(i, o, chunk, inner, b)
-    sch.vectorize(b)
-    prefetch.annotate_prefetch(sch, chunk, "W", 1)
-    func = _lowered(sch.mod)
+    mod, _ = _gemm(distance=1, rows_inside_chunk=False)
+    func = _lowered(mod)
     loops: list[tirx.For] = []
     tvm_ffi.structural_walk(func.body, (tirx.For, loops.append), order="pre")
     inner_loop = next(f for f in loops if f.loop_var.name == "k_1")
