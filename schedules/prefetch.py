@@ -61,7 +61,7 @@ PIPELINE = "s_tir"
 DISTANCES = (0, 1, 2)
 
 
-def annotate_prefetch(sch: Schedule, source: LoopRV, buffer: str, distance: int | Any) -> None:
+def annotate_prefetch(sch: Schedule, source: LoopRV, buffer: str, distance: Any) -> None:
     """Prefetch ``buffer``'s data for iteration ``+distance`` of ``source`` while ``source``
     runs; ``distance`` may be a sampled decision (an ``ExprRV``), 0 meaning none."""
     sch.annotate(source, SOURCE_ANNOTATION + buffer, distance)
@@ -82,8 +82,9 @@ def sample_weight_prefetch(
 
 @dataclass(frozen=True)
 class _Region:
-    """Cache-line offsets (elements, from ``base``) one source iteration reads."""
+    """Cache-line offsets (elements, from ``base``) of ``buffer`` one source iteration reads."""
 
+    buffer: tirx.Buffer
     base: tirx.PrimExpr
     lines: tuple[int, ...]
 
@@ -158,17 +159,16 @@ def _region(loop: tirx.For, buffer: str, distance: int, binds: dict[Any, Any]) -
     lines = tuple(offset for lo, hi in merged for offset in range(lo - lo % per_line, hi, per_line))
     ahead = {loop.loop_var: loop.loop_var + distance}
     base = analyzer.simplify(_substitute(reference, ahead))
-    return _Region(base, tuple(sorted(set(lines))))
+    return _Region(loads[0].source, base, tuple(sorted(set(lines))))
 
 
 def _path_to_loads(stmt: tirx.Stmt, buffer: str) -> list[tirx.For]:
     """The loops below ``stmt`` down to the innermost one holding all of ``buffer``'s loads
     there (the first such loop at each level): the loops to spread the prefetches over."""
     for child in _children(stmt):
-        if isinstance(child, tirx.For) and _reads(child, buffer):
-            return [child, *_path_to_loads(child, buffer)]
-        if not isinstance(child, tirx.For) and _reads(child, buffer):
-            return _path_to_loads(child, buffer)
+        if _reads(child, buffer):
+            loop = [child] if isinstance(child, tirx.For) else []
+            return loop + _path_to_loads(child, buffer)
     return []
 
 
@@ -213,7 +213,7 @@ def _children(stmt: tirx.Stmt) -> list[tirx.Stmt]:
     return []
 
 
-def _prefetches(region: _Region, load: ir.TensorLoad, path: list[tirx.For]) -> list[tirx.Stmt]:
+def _prefetches(region: _Region, path: list[tirx.For]) -> list[tirx.Stmt]:
     """The statements that issue one iteration's share of ``region``'s lines, at the top of
     the innermost loop of ``path`` (of the source loop's body for an empty ``path``)."""
     linear: tirx.PrimExpr = tirx.const(0, "int32")
@@ -227,7 +227,7 @@ def _prefetches(region: _Region, load: ir.TensorLoad, path: list[tirx.For]) -> l
     for m in range(share):
         q = linear * share + m
         address = tirx.address_of(
-            tirx.BufferLoad(load.source, [region.base + _line_offset(q, region.lines)])
+            tirx.BufferLoad(region.buffer, [region.base + _line_offset(q, region.lines)])
         )
         call = tirx.call_llvm_intrin(
             "void", "llvm.prefetch.p0", address, tirx.const(0, "int32"),
@@ -307,7 +307,7 @@ def inject_prefetch(func: tirx.PrimFunc) -> tirx.PrimFunc:
         region = _region(loop, buffer, distance, binds) if distance > 0 else None
         if region is not None and region.lines:
             path = _spread_over(_path_to_loads(loop, buffer), len(region.lines))
-            prefetches = _prefetches(region, _loads(loop.body, buffer)[0], path)
+            prefetches = _prefetches(region, path)
             if path:
                 body = _with_prefix(body, path, prefetches)
             else:
@@ -331,8 +331,8 @@ _installed = False
 
 def install() -> None:
     """Make TVM's CPU TIR pipeline end with :class:`InjectPrefetch` in this process
-    (idempotent). Called where :func:`~convtune.schedules.fast_math.use_fast_exp` is: the
-    candidate builder's workers and the model build, so both lower the annotations alike."""
+    (idempotent). Installed with the rest of our lowering by
+    ``lowering.use_convtune_lowering``, so candidates and the model build lower alike."""
     global _installed
     if _installed:
         return
