@@ -6,11 +6,41 @@ candidate is measured as a kernel other than the one its artifact runs.
 
 from __future__ import annotations
 
-from . import fast_math, prefetch
+from typing import Any
+
+import tvm
+
+from . import fast_math
+from .prefetch import InjectPrefetch
+from .stack_locals import KeepLocalsOnStack
+
+#: The pipeline name under which TVM's TIR pipeline plus our passes is registered.
+PIPELINE = "s_tir"
+#: Our passes, in order, after TVM's TIR pipeline and before its host passes (which turn
+#: allocations into workspace calls, so ``KeepLocalsOnStack`` must come before them).
+PASSES = (InjectPrefetch, KeepLocalsOnStack)
+
+_installed = False
+
+
+def _install_passes() -> None:
+    global _installed
+    if _installed:
+        return
+    from tvm.tirx import compilation_pipeline
+
+    tvm_default = compilation_pipeline.PIPELINE_MAP[PIPELINE]
+
+    def pipeline(**kwargs: Any) -> Any:
+        passes, host, device = tvm_default(**kwargs)
+        return tvm.transform.Sequential([passes, *PASSES]), host, device
+
+    compilation_pipeline.register_tir_pipeline(PIPELINE, pipeline)
+    _installed = True
 
 
 def use_convtune_lowering() -> None:
-    """Install the fast exp (``fast_math.py``) and the prefetch pass (``prefetch.py``) in this
-    process (idempotent)."""
+    """Install the fast exp (``fast_math.py``) and our TIR passes (the prefetch of
+    ``prefetch.py``, the stack locals of ``stack_locals.py``) in this process (idempotent)."""
     fast_math.use_fast_exp()
-    prefetch.install()
+    _install_passes()

@@ -119,6 +119,21 @@ def epilogue_at(sch: Schedule, output: SBlockRV | None, loop: LoopRV) -> None:
         sch.vectorize(sch.get_loops(output)[-1])
 
 
+def accumulate_locally(sch: Schedule, block: SBlockRV, loop: LoopRV) -> None:
+    """``block``'s output accumulated in a ``local`` buffer of one iteration of ``loop`` (a
+    stack array, ``stack_locals.py``) and copied out under ``loop``, unrolled and vectorized:
+    LLVM keeps it in registers even with a prefetch inside the reduction (``prefetch.py``),
+    which pins accumulators that live in the output buffer itself to memory."""
+    local = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(local, loop, preserve_unit_loops=True)
+    loops = sch.get_loops(local)
+    depth = [sch.get(outer).same_as(sch.get(loop)) for outer in loops].index(True)
+    copy_loops = loops[depth + 1 :]
+    for copy_loop in copy_loops[:-1]:
+        sch.unroll(copy_loop)
+    sch.vectorize(copy_loops[-1])
+
+
 def block_names(sch: Schedule) -> list[str]:
     """The names of the task's top-level blocks, in order."""
     return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]

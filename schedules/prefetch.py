@@ -32,8 +32,8 @@ they ran 1.8-2.2× (the 1×1 convs, next input-channel block) and 1.2-1.9× (wei
 channels ahead) slower. The reduction-blocked kernel's accumulators are a small buffer of
 each thread's own, which kept its registers.
 
-It is a lowering pass, run after TVM's own TIR pipeline (``install``), so the annotations are
-trace decisions that the database replays and the model build lowers the same way as the
+It is a lowering pass, run after TVM's own TIR pipeline (``lowering.py``), so the annotations
+are trace decisions that the database replays and the model build lowers the same way as the
 measured candidate.
 """
 
@@ -52,9 +52,6 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 #: the distance in the loop's iterations (0: none).
 SOURCE_ANNOTATION = "convtune.prefetch:"
 CACHE_LINE_BYTES = 64
-#: The pipeline name under which TVM's TIR pipeline plus this pass is registered.
-PIPELINE = "s_tir"
-
 
 #: Source-loop iterations ahead the search may choose (0: no prefetch); two leaves the lines
 #: more time to arrive than one.
@@ -324,25 +321,3 @@ def inject_prefetch(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def InjectPrefetch(func: tirx.PrimFunc, mod: Any, ctx: Any) -> tirx.PrimFunc:
     """The pass form of :func:`inject_prefetch`."""
     return inject_prefetch(func)
-
-
-_installed = False
-
-
-def install() -> None:
-    """Make TVM's CPU TIR pipeline end with :class:`InjectPrefetch` in this process
-    (idempotent). Installed with the rest of our lowering by
-    ``lowering.use_convtune_lowering``, so candidates and the model build lower alike."""
-    global _installed
-    if _installed:
-        return
-    from tvm.tirx import compilation_pipeline
-
-    tvm_default = compilation_pipeline.PIPELINE_MAP[PIPELINE]
-
-    def pipeline(**kwargs: Any) -> Any:
-        passes, host, device = tvm_default(**kwargs)
-        return tvm.transform.Sequential([passes, InjectPrefetch]), host, device
-
-    compilation_pipeline.register_tir_pipeline(PIPELINE, pipeline)
-    _installed = True

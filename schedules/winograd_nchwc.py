@@ -34,7 +34,13 @@ from tvm.target import Target
 
 from . import winograd
 from .base import ScheduleSpace, mark_space
-from .nchwc_conv import block_names, parallel_vectorize, register_block_space
+from .nchwc_conv import (
+    accumulate_locally,
+    block_names,
+    parallel_vectorize,
+    register_block_space,
+)
+from .prefetch import sample_weight_prefetch
 
 SPACE_NAME = "winograd-nchwc"
 PAD_BLOCK = "winograd_pad"
@@ -43,6 +49,10 @@ PACK_BLOCK = "winograd_data_pack"
 GEMM_BLOCK = "winograd_bgemm"
 INVERSE_COLS_BLOCK = "winograd_inverse_cols"
 INVERSE_BLOCK = "winograd_inverse"
+#: Input channels ahead of the GEMM's reduction whose transformed weights are prefetched (0:
+#: none); a step of the reduction is one FMA per accumulator, so 32 steps cover ~400 cycles
+#: of memory latency at the widest register block.
+WEIGHT_PREFETCH_DISTANCES = (0, 32, 64)
 
 
 def pack_weight(weight: np.ndarray, tile: int, out_block: int) -> np.ndarray:
@@ -189,10 +199,17 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
         sch.reorder(p_outer, eps, nu, co_outer, rc, p_inner, co_inner, cb)
         sch.parallel(p_outer)
         sch.compute_at(pack, p_outer, preserve_unit_loops=True)
+        block_loop = co_outer
     else:
         # Threads split (ε, ν, output channels): the weights each reads are its own.
         sch.reorder(eps, nu, co_outer, p_outer, rc, p_inner, co_inner, cb)
         sch.parallel(sch.fuse(eps, nu, co_outer))
+        block_loop = p_outer
+    # U streams from memory (9.4 MB a layer at 256×14×14 F(4×4)): its lines ``distance`` input
+    # channels ahead are prefetched at every step of the reduction (prefetch.py), with the
+    # accumulators in a thread-local buffer so they stay in registers.
+    sample_weight_prefetch(sch, gemm, rc, WEIGHT_PREFETCH_DISTANCES)
+    accumulate_locally(sch, gemm, block_loop)
     sch.unroll(p_inner)
     sch.unroll(co_inner)
     sch.vectorize(cb)

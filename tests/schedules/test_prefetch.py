@@ -11,7 +11,7 @@ from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.target import codegen
 
-from convtune.schedules import prefetch
+from convtune.schedules import lowering, prefetch
 from convtune.schedules.lowering import use_convtune_lowering
 from convtune.schedules.nchwc_conv import is_blocked_conv
 from convtune.schedules.nchwc_kblock import design_spaces
@@ -57,17 +57,17 @@ def _lowered(mod: IRModule) -> tirx.PrimFunc:
 
     from tvm.tirx import compilation_pipeline
 
-    installed = compilation_pipeline.PIPELINE_MAP[prefetch.PIPELINE]
+    installed = compilation_pipeline.PIPELINE_MAP[lowering.PIPELINE]
 
     def with_keep(**kwargs: object) -> object:
         passes, host, device = installed(**kwargs)
         return tvm.transform.Sequential([passes, keep]), host, device
 
-    compilation_pipeline.register_tir_pipeline(prefetch.PIPELINE, with_keep)
+    compilation_pipeline.register_tir_pipeline(lowering.PIPELINE, with_keep)
     try:
         tvm.compile(mod, target=make_target(None))
     finally:
-        compilation_pipeline.register_tir_pipeline(prefetch.PIPELINE, installed)
+        compilation_pipeline.register_tir_pipeline(lowering.PIPELINE, installed)
     return next(f for f in seen if "compute" in f.script())
 
 
