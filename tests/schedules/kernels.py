@@ -12,10 +12,12 @@ from collections.abc import Callable
 import numpy as np
 import tvm
 from tvm.ir import IRModule
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
+from convtune.schedules import prefetch
 from convtune.schedules.base import ScheduleSpace
 from convtune.schedules.lowering import use_convtune_lowering
 from convtune.tuner.extract import ModelTask, extract_tasks
@@ -60,6 +62,12 @@ def run(mod: IRModule, args: list[np.ndarray]) -> np.ndarray:
     return tensors[-1].numpy()
 
 
+def assembly(mod: IRModule) -> str:
+    """``mod``'s x86 assembly, lowered as the builder lowers it."""
+    use_convtune_lowering()
+    return tvm.compile(mod, target=make_target(None)).mod.inspect_source("asm")
+
+
 def assert_close(got: np.ndarray, reference: np.ndarray) -> None:
     """verify.py's tolerance policy: the absolute part scales with the output's magnitude."""
     atol = ATOL * max(1.0, float(np.abs(reference).max()))
@@ -72,3 +80,21 @@ def tile_limits(space: ScheduleSpace, task: IRModule, target: Target) -> set[int
     ms.TuneContext(mod=task, target=target, space_generator=generator, task_name="task")
     traces = [str(sch.trace) for sch in generator.generate_design_space(task)]
     return {int(v) for trace in traces for v in re.findall(r"max_innermost_factor=(\d+)", trace)}
+
+
+def distance_decision(sch: Schedule) -> tuple[object, list[int]]:
+    """The trace's prefetch-distance decision and its candidates: the categorical sample that
+    a prefetch annotation takes its value from."""
+    insts = list(sch.trace.insts)
+    values = [
+        inst.inputs[1]
+        for inst in insts
+        if inst.kind.name == "Annotate"
+        and str(inst.attrs[0]).startswith(prefetch.SOURCE_ANNOTATION)
+    ]
+    for inst in insts:
+        if inst.kind.name == "SampleCategorical" and any(
+            inst.outputs[0].same_as(v) for v in values
+        ):
+            return inst, [int(c) for c in inst.attrs[0]]
+    raise AssertionError("no prefetch decision in the trace")

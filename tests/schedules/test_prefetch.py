@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import pytest
 import tvm
@@ -11,12 +13,19 @@ from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.target import codegen
 
-from convtune.schedules import lowering, prefetch
+from convtune.schedules import lowering, nchwc_conv2d, nchwc_kblock, prefetch
 from convtune.schedules.lowering import use_convtune_lowering
 from convtune.schedules.nchwc_conv import is_blocked_conv
-from convtune.schedules.nchwc_kblock import design_spaces
 from convtune.tuner.target import make_target
-from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
+from tests.schedules.kernels import (
+    AVX512,
+    assembly,
+    assert_close,
+    conv_task,
+    distance_decision,
+    random_args,
+    run,
+)
 
 #: (rows, output blocks, reduction, lanes) of the small GEMM below: ``C[i, o, :] = Σ_k A[i, k]
 #: W[o, k, :]`` with ``k`` split in chunks of ``CHUNK``.
@@ -89,11 +98,6 @@ def _prefetch_calls_in(stmt: tirx.Stmt) -> list[ir.Call]:
     return calls
 
 
-def _assembly(mod: IRModule) -> str:
-    use_convtune_lowering()
-    return tvm.compile(mod, target=make_target(None)).mod.inspect_source("asm")
-
-
 def test_prefetches_the_next_chunk_spread_over_its_rows() -> None:
     mod, _ = _gemm(distance=1)
     func = _lowered(mod)
@@ -104,7 +108,7 @@ def test_prefetches_the_next_chunk_spread_over_its_rows() -> None:
     assert "W_1[o * 4096 + k_0 * 256 + 256 + i * 2 * 16]" in script, script
     assert "W_1[o * 4096 + k_0 * 256 + 256 + (i * 2 + 1) * 16]" in script, script
     assert prefetch.SOURCE_ANNOTATION not in script
-    assert "prefetcht0" in _assembly(mod)
+    assert "prefetcht0" in assembly(mod)
 
 
 def test_prefetches_spread_no_deeper_than_one_line_per_iteration() -> None:
@@ -125,7 +129,7 @@ def test_distance_zero_is_no_prefetch() -> None:
     func = _lowered(mod)
     assert _prefetch_calls(func) == []
     assert prefetch.SOURCE_ANNOTATION not in func.script()
-    assert "prefetcht0" not in _assembly(mod)
+    assert "prefetcht0" not in assembly(mod)
 
 
 @pytest.mark.parametrize("distance", [1, 2])
@@ -138,28 +142,25 @@ def test_results_do_not_change(distance: int) -> None:
     assert_close(got, np.einsum("ik,okb->iob", a, w))
 
 
-def test_a_searched_kernel_prefetches_its_weights_and_stays_exact() -> None:
-    """A reduction-blocked conv's design space with the distance forced to each choice: a
-    prefetch appears exactly when it is non-zero, and the output equals the unscheduled TIR's."""
+@pytest.mark.parametrize("space, kernel", [(nchwc_kblock, 3), (nchwc_conv2d, 1), (nchwc_conv2d, 3)])
+def test_a_searched_kernel_prefetches_its_weights_and_stays_exact(
+    space: ModuleType, kernel: int
+) -> None:
+    """A design space of each space that prefetches (the reduction-blocked conv, the 2-D
+    register block) with the distance forced to each choice: a prefetch appears exactly when
+    it is non-zero, and the output equals the unscheduled TIR's."""
     task = conv_task(
-        dict(in_channels=512, out_channels=64, size=7, kernel=3), is_blocked_conv, AVX512
+        dict(in_channels=512, out_channels=64, size=7, kernel=kernel, pads=kernel // 2),
+        is_blocked_conv,
+        AVX512,
     )
-    design = design_spaces(Schedule(task.mod, seed=1))[0]
+    design = space.design_spaces(Schedule(task.mod, seed=1))[0]
     args = random_args(task.mod)
     reference = run(task.mod, args)
-    decision = _distance_decision(design)
-    for distance in prefetch.DISTANCES:
-        trace = design.trace.with_decision(decision, distance, remove_postproc=True)
+    decision, distances = distance_decision(design)
+    for index, distance in enumerate(distances):
+        trace = design.trace.with_decision(decision, index, remove_postproc=True)
         sch = Schedule(task.mod)
         trace.apply_to_schedule(sch, remove_postproc=True)
-        assert ("prefetcht0" in _assembly(sch.mod)) == (distance > 0)
+        assert ("prefetcht0" in assembly(sch.mod)) == (distance > 0)
         assert_close(run(sch.mod, args), reference)
-
-
-def _distance_decision(sch: Schedule) -> object:
-    for inst in sch.trace.insts:
-        if inst.kind.name == "SampleCategorical" and [int(c) for c in inst.attrs[0]] == list(
-            prefetch.DISTANCES
-        ):
-            return inst
-    raise AssertionError("no prefetch decision in the trace")
