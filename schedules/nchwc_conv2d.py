@@ -64,10 +64,12 @@ SPACE_NAME = "nchwc-regblock2d"
 OC_BLOCKS = (1, 2, 4)
 ROW_BLOCKS = (1, 2)
 ORDERS = ("oc-outer", "rows-outer")
-#: Input-channel blocks ahead whose weights are prefetched during the reduction (0: none): a
-#: block of a 1×1 conv is 16 FMAs per accumulator, a few hundred cycles, less than a fetch
-#: from memory takes.
-WEIGHT_PREFETCH_DISTANCES = (0, 1, 3)
+#: Input-channel blocks ahead whose weights are prefetched during the reduction (0: none).
+#: Zen 5, 2026-12-02, 4 chunks × 7 columns, weights flushed, no prefetch against one block
+#: ahead: 2048→512 1×1 at 7×7 0.53 against 0.27 ms, 512→2048 0.56 against 0.27, 512→512 3×3
+#: at 7×7 1.42 against 0.72; at 14×14 (1024→256, 256→1024) no change, and three blocks ahead
+#: lost everywhere (0.36 and 0.58 ms at 14×14).
+WEIGHT_PREFETCH_DISTANCES = (0, 1, 2)
 
 
 def conv_extents(mod: IRModule) -> dict[str, int] | None:
