@@ -18,19 +18,22 @@ writes nothing. The distance is a trace decision the search samples
 (:func:`sample_weight_prefetch`; 0 is no prefetch), since it pays only where the data comes
 from beyond the caches.
 
-Where it is used: the reduction-blocked conv (``nchwc_kblock.py``), the next chunk's weights
-during this chunk's sweep. Its best kernels after a cold ResNet-50 search, on an Intel Xeon
+Where it is used: first the reduction-blocked conv (``nchwc_kblock.py``), the next chunk's
+weights during this chunk's sweep. Its best kernels after a cold ResNet-50 search, on an Intel Xeon
 VM (2026-12-02, 8 alternating rounds, weights flushed as searched), without and with one
 chunk ahead: 512×7×7 3×3 0.950 against 0.803 ms, 512×14×14 3×3 stride 2 0.957 against 0.877,
 512→2048 1×1 at 7×7 0.451 against 0.408, 2048→512 0.457 against 0.413, 1024→512 at 14×14
 0.710 against 0.694; warm, 1-7% slower. Spread only over the loops above the reduction (the
 tiles of the sweep: a burst per tile) it lost on the 3×3 convs (0.952 against 0.999 ms).
-Not used in the 2-D register block or Winograd's GEMM: there, a prefetch inside the reduction
-made LLVM store the accumulators back after every FMA (a ``vmovups`` per ``vfmadd`` in the
-2-D block's assembly; LLVM counts a prefetch as a read of memory that may alias them), and
-they ran 1.8-2.2× (the 1×1 convs, next input-channel block) and 1.2-1.9× (weights 16-64
-channels ahead) slower. The reduction-blocked kernel's accumulators are a small buffer of
-each thread's own, which kept its registers.
+In the 2-D register block (``nchwc_conv2d.py``, weights of the input-channel blocks ahead)
+and Winograd's GEMM (``winograd_nchwc.py``, transformed weights 32 or 64 input channels ahead)
+the prefetch sits inside the reduction, beside accumulators LLVM must keep in registers. With
+the accumulators in the output buffer (or a TVM workspace) LLVM counts each prefetch as a read
+that may alias them and stores them back after every FMA (a ``vmovups`` per ``vfmadd``; those
+kernels ran 1.2-2.2× slower), so both accumulate in a thread-local stack array
+(``nchwc_conv.accumulate_locally``, ``stack_locals.py``). Zen 5, 2026-12-02, weights flushed:
+the 2-D block's 2048→512 1×1 at 7×7 0.53 against 0.27 ms, 512→512 3×3 at 7×7 1.42 against
+0.72; Winograd F(4×4) at 256×14×14 0.44-0.51 against 0.31-0.32.
 
 It is a lowering pass, run after TVM's own TIR pipeline (``lowering.py``), so the annotations
 are trace decisions that the database replays and the model build lowers the same way as the
