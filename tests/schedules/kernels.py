@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import tvm
+from tvm import te
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -41,6 +42,18 @@ def conv_task(
     found = [task for task in tasks if applies(task.mod)]
     assert len(found) == 1 and found[0].onnx_nodes == ["conv0"]
     return found[0]
+
+
+def gemm_schedule(rows: int, blocks: int, depth: int, lanes: int) -> Schedule:
+    """An unscheduled small GEMM, the shape of a register block's work: ``C[i, o, :] =
+    Σ_k A[i, k] W[o, k, :]`` (``rows`` × ``depth`` by ``blocks`` × ``depth`` × ``lanes``)."""
+    a = te.placeholder((rows, depth), name="A")
+    w = te.placeholder((blocks, depth, lanes), name="W")
+    k = te.reduce_axis((0, depth), "k")
+    c = te.compute(
+        (rows, blocks, lanes), lambda i, o, b: te.sum(a[i, k] * w[o, k, b], axis=k), name="C"
+    )
+    return Schedule(IRModule({"main": te.create_prim_func([a, w, c])}))
 
 
 def random_args(mod: IRModule, seed: int = 0) -> list[np.ndarray]:

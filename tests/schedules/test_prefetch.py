@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import ir, te, tirx
+from tvm import ir, tirx
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.target import codegen
@@ -23,6 +23,7 @@ from tests.schedules.kernels import (
     assert_close,
     conv_task,
     distance_decision,
+    gemm_schedule,
     random_args,
     run,
 )
@@ -35,13 +36,7 @@ ROWS, BLOCKS, DEPTH, LANES, CHUNK = 8, 8, 256, 16, 16
 def _gemm(distance: int, rows_inside_chunk: bool = True) -> tuple[IRModule, Schedule]:
     """The GEMM with ``W``'s next chunk prefetched ``distance`` chunks ahead; the rows loop
     inside the chunk loop (and the chunk's inner reduction unrolled), or outside it."""
-    a = te.placeholder((ROWS, DEPTH), name="A")
-    w = te.placeholder((BLOCKS, DEPTH, LANES), name="W")
-    k = te.reduce_axis((0, DEPTH), "k")
-    c = te.compute(
-        (ROWS, BLOCKS, LANES), lambda i, o, b: te.sum(a[i, k] * w[o, k, b], axis=k), name="C"
-    )
-    sch = Schedule(IRModule({"main": te.create_prim_func([a, w, c])}))
+    sch = gemm_schedule(ROWS, BLOCKS, DEPTH, LANES)
     i, o, b, kk = sch.get_loops(sch.get_sblock("C"))
     chunk, inner = sch.split(kk, [None, CHUNK])
     if rows_inside_chunk:

@@ -7,14 +7,12 @@ import re
 
 import numpy as np
 import tvm
-from tvm import te
 from tvm.ir import IRModule
-from tvm.s_tir import Schedule
 
 from convtune.schedules import lowering, prefetch, stack_locals
 from convtune.schedules.nchwc_conv import accumulate_locally
 from convtune.tuner.target import make_target
-from tests.schedules.kernels import assert_close, run
+from tests.schedules.kernels import assert_close, gemm_schedule, run
 
 ROWS, DEPTH, LANES = 8, 256, 16
 
@@ -23,13 +21,7 @@ def _gemm(blocks: int, at_block: bool = True, distance: int = 32) -> IRModule:
     """``C[i, o, :] = Σ_k A[i, k] W[o, k, :]``: per output block ``o``, ``ROWS`` accumulators
     (unrolled) over ``k``, with ``W`` prefetched ``distance`` steps of ``k`` ahead; accumulated
     in a local buffer per ``o`` (``at_block``) or one for all of C."""
-    a = te.placeholder((ROWS, DEPTH), name="A")
-    w = te.placeholder((blocks, DEPTH, LANES), name="W")
-    k = te.reduce_axis((0, DEPTH), "k")
-    c = te.compute(
-        (ROWS, blocks, LANES), lambda i, o, b: te.sum(a[i, k] * w[o, k, b], axis=k), name="C"
-    )
-    sch = Schedule(IRModule({"main": te.create_prim_func([a, w, c])}))
+    sch = gemm_schedule(ROWS, blocks, DEPTH, LANES)
     gemm = sch.get_sblock("C")
     i, o, b, kk = sch.get_loops(gemm)
     sch.reorder(o, kk, i, b)
