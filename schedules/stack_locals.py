@@ -32,7 +32,8 @@ LOCAL_SCOPE = "local"
 
 def _bytes(buffer: tirx.Buffer) -> int | None:
     """The buffer's size in bytes, or None when a dimension is not a constant."""
-    size = tvm.DataType(str(buffer.dtype)).bits // 8 * tvm.DataType(str(buffer.dtype)).lanes
+    dtype = tvm.DataType(str(buffer.dtype))
+    size = dtype.bits // 8 * dtype.lanes
     for extent in buffer.shape:
         if not isinstance(extent, tirx.IntImm):
             return None

@@ -7,7 +7,7 @@ products, summed in another order, so they agree within verify.py's tolerance.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tvm
@@ -111,3 +111,14 @@ def distance_decision(sch: Schedule) -> tuple[object, list[int]]:
         ):
             return inst, [int(c) for c in inst.attrs[0]]
     raise AssertionError("no prefetch decision in the trace")
+
+
+def with_each_distance(design: Schedule, mod: IRModule) -> Iterator[tuple[int, IRModule]]:
+    """``design``'s trace replayed on ``mod`` with its prefetch distance forced to each of its
+    candidates, in order: (distance, scheduled module)."""
+    decision, distances = distance_decision(design)
+    for index, distance in enumerate(distances):
+        trace = design.trace.with_decision(decision, index, remove_postproc=True)
+        sch = Schedule(mod)
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        yield distance, sch.mod

@@ -22,10 +22,10 @@ from tests.schedules.kernels import (
     assembly,
     assert_close,
     conv_task,
-    distance_decision,
     gemm_schedule,
     random_args,
     run,
+    with_each_distance,
 )
 
 #: (rows, output blocks, reduction, lanes) of the small GEMM below: ``C[i, o, :] = Σ_k A[i, k]
@@ -152,10 +152,6 @@ def test_a_searched_kernel_prefetches_its_weights_and_stays_exact(
     design = space.design_spaces(Schedule(task.mod, seed=1))[0]
     args = random_args(task.mod)
     reference = run(task.mod, args)
-    decision, distances = distance_decision(design)
-    for index, distance in enumerate(distances):
-        trace = design.trace.with_decision(decision, index, remove_postproc=True)
-        sch = Schedule(task.mod)
-        trace.apply_to_schedule(sch, remove_postproc=True)
-        assert ("prefetcht0" in assembly(sch.mod)) == (distance > 0)
-        assert_close(run(sch.mod, args), reference)
+    for distance, scheduled in with_each_distance(design, task.mod):
+        assert ("prefetcht0" in assembly(scheduled)) == (distance > 0)
+        assert_close(run(scheduled, args), reference)

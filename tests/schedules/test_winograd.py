@@ -15,7 +15,7 @@ from convtune.schedules.generic import GenericSpace
 from convtune.schedules.registry import applicable
 from convtune.schedules.winograd_nchwc import Sketch
 from convtune.tuner.target import make_target
-from tests.schedules.kernels import assembly, distance_decision, run
+from tests.schedules.kernels import assembly, run, with_each_distance
 
 SHAPES = {
     "odd-7x7": dict(batch=1, channels=(16, 32), blocks=(16, 16), size=(7, 7), pads=(1, 1, 1, 1)),
@@ -102,14 +102,11 @@ def test_weight_prefetch_of_each_distance_equals_direct(tile_parallel: bool) -> 
     mod, args, reference = case("odd-7x7", 4)
     design = s_tir.Schedule(mod, seed=1)
     winograd_nchwc.schedule_winograd(design, 28, Sketch(2, False, tile_parallel))
-    decision, distances = distance_decision(design)
-    assert distances == list(winograd_nchwc.WEIGHT_PREFETCH_DISTANCES)
-    for index, distance in enumerate(distances):
-        trace = design.trace.with_decision(decision, index, remove_postproc=True)
-        sch = s_tir.Schedule(mod)
-        trace.apply_to_schedule(sch, remove_postproc=True)
-        assert ("prefetcht0" in assembly(sch.mod)) == (distance > 0)
-        assert_within_tolerance(run(sch.mod, args), reference, 4)
+    forced = list(with_each_distance(design, mod))
+    assert [distance for distance, _ in forced] == list(winograd_nchwc.WEIGHT_PREFETCH_DISTANCES)
+    for distance, scheduled in forced:
+        assert ("prefetcht0" in assembly(scheduled)) == (distance > 0)
+        assert_within_tolerance(run(scheduled, args), reference, 4)
 
 
 def test_only_the_winograd_space_schedules_winograd_tasks() -> None:
