@@ -106,12 +106,14 @@ class ModelTask:
         """A short human form of the workload, e.g. ``1x64x56x56 * 64x64x3x3 s1 p1``."""
         d = self.description
         if self.kind == "conv":
-            text = f"{_dims(d['input'])} * {_dims(d['weight'])} s{_dims(d['strides'], ',')}"
-            if any(d["pads"]):
+            op = "*ᵀ" if d.get("transposed") else "*"
+            text = f"{_dims(d['input'])} {op} {_dims(d['weight'])} s{_dims(d['strides'], ',')}"
+            # .get: descriptions stored by earlier versions lack keys (ConvTranspose had no pads).
+            if any(d.get("pads", ())):
                 text += f" p{_dims(d['pads'], ',')}"
-            if any(x != 1 for x in d["dilations"]):
+            if any(x != 1 for x in d.get("dilations", ())):
                 text += f" d{_dims(d['dilations'], ',')}"
-            if d["groups"] != 1:
+            if d.get("groups", 1) != 1:
                 text += f" g{d['groups']}"
             return text
         if self.kind in ("gemm", "matmul"):
@@ -251,12 +253,19 @@ def _onnx_anchor(
             return None
         groups = int(attrs.get("group", 1))
         reduction = w[0] // groups * math.prod(w[2:])
+        rank = len(w) - 2
+        # The same keys as a Conv's: every reader of a conv description (shape_text, the
+        # dashboard, the layer page) takes both.
         desc = {
             "input": list(x),
             "weight": list(w),
             "output": list(y),
-            "strides": list(attrs.get("strides", [1] * (len(w) - 2))),
+            "strides": list(attrs.get("strides", [1] * rank)),
+            "pads": list(attrs.get("pads", [0] * 2 * rank)),
+            "dilations": list(attrs.get("dilations", [1] * rank)),
             "groups": groups,
+            "bias": len(node.input) > 2 and bool(node.input[2]),
+            "transposed": True,
             "flops": 2.0 * math.prod(y) * reduction,
         }
         return _Anchor(outputs=math.prod(y), reduction=reduction), desc

@@ -329,6 +329,8 @@ def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
     [up] = [t for t in tasks if t.op == "ConvTranspose"]
     assert up.onnx_nodes == ["up"] and up.kind == "conv"
     assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 2 * 2
+    # Described like a Conv: the pipeline's shape text read "pads" and raised KeyError on it.
+    assert up.shape_text == "1x4x8x8 *ᵀ 4x8x2x2 s2,2"
     feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
     times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
     assert times["up"] > 0 and times["down"] > 0
