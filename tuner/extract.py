@@ -103,22 +103,12 @@ class ModelTask:
 
     @property
     def shape_text(self) -> str:
-        """A short human form of the workload, e.g. ``1x64x56x56 * 64x64x3x3 s1 p1``."""
-        d = self.description
-        if self.kind == "conv":
-            op = "*ᵀ" if d.get("transposed") else "*"
-            text = f"{_dims(d['input'])} {op} {_dims(d['weight'])} s{_dims(d['strides'], ',')}"
-            # .get: descriptions stored by earlier versions lack keys (ConvTranspose had no pads).
-            if any(d.get("pads", ())):
-                text += f" p{_dims(d['pads'], ',')}"
-            if any(x != 1 for x in d.get("dilations", ())):
-                text += f" d{_dims(d['dilations'], ',')}"
-            if d.get("groups", 1) != 1:
-                text += f" g{d['groups']}"
-            return text
-        if self.kind in ("gemm", "matmul"):
-            return f"M={d['M']} N={d['N']} K={d['K']}"
-        return self.name
+        """A short human form of the workload, e.g. ``1x64x56x56 * 64x64x3x3 s1 p1``; the task's
+        name when its description lacks what the form needs (a label never stops a job)."""
+        try:
+            return _shape_text(self.kind, self.description) or self.name
+        except (KeyError, TypeError, ValueError):
+            return self.name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +124,23 @@ class ModelTask:
             "algorithm": self.algorithm.value if self.kind == "conv" else None,
             "winograd_tile": self.winograd_tile or None,
         }
+
+
+def _shape_text(kind: str, d: dict[str, Any]) -> str:
+    if kind == "conv":
+        op = "*ᵀ" if d.get("transposed") else "*"
+        text = f"{_dims(d['input'])} {op} {_dims(d['weight'])} s{_dims(d['strides'], ',')}"
+        # .get: descriptions stored by earlier versions lack keys (ConvTranspose had no pads).
+        if any(d.get("pads", ())):
+            text += f" p{_dims(d['pads'], ',')}"
+        if any(x != 1 for x in d.get("dilations", ())):
+            text += f" d{_dims(d['dilations'], ',')}"
+        if d.get("groups", 1) != 1:
+            text += f" g{d['groups']}"
+        return text
+    if kind in ("gemm", "matmul"):
+        return f"M={d['M']} N={d['N']} K={d['K']}"
+    return ""
 
 
 def _dims(values: Sequence[int], sep: str = "x") -> str:
@@ -396,14 +403,13 @@ def extract_tasks(
     tasks: list[ModelTask] = []
     for index, ext in enumerate(extracted):
         mod = ext.dispatched[0]
-        task = ModelTask(
-            index=index,
-            task=ext,
-            shash=str(structural_hash(mod)),
-            flops=float(estimate_tir_flops(mod)),
-        )
+        task = ModelTask(index=index, task=ext, shash=str(structural_hash(mod)), flops=_flops(mod))
         tasks.append(task)
-    _link_onnx_nodes(ingested.model, fused, tasks, relax_model.plan)
+    try:
+        _link_onnx_nodes(ingested.model, fused, tasks, relax_model.plan)
+    except Exception as exc:  # names and shapes are for people: the tasks tune without them
+        why = f"layers not linked to their ONNX nodes (names and shapes left out): {error_line(exc)}"
+        relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     if Algorithm.WINOGRAD in algorithms and relax_model.plan and not relax_model.plan.fallback:
         eligible = [c.index for c in relax_model.plan.convs if c.winograd_eligible]
         for tile in TILE_SIZES if eligible else ():
@@ -413,6 +419,15 @@ def extract_tasks(
                 why = f"Winograd F({tile}x{tile},3x3) not offered: {error_line(exc)}"
                 relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     return relax_model, tasks
+
+
+def _flops(mod: IRModule) -> float:
+    """TVM's FLOP estimate of a task; 0 where its analysis fails on an unusual function (the
+    allocation then goes by the other tasks' shares, and the task still tunes)."""
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:
+        return 0.0
 
 
 def _winograd_tasks(
@@ -436,7 +451,7 @@ def _winograd_tasks(
         mod = ext.dispatched[0]
         shash = str(structural_hash(mod))
         if shash not in known and is_winograd_nchwc(mod):
-            flops = float(estimate_tir_flops(mod))
+            flops = _flops(mod)
             found[shash] = ModelTask(len(tasks) + len(found), ext, shash, flops, kind="conv")
     # Winograd call sites come in graph order, like the convs the plan made Winograd.
     by_func = tasks_by_function(fused, list(found.values()))
