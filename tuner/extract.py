@@ -408,7 +408,7 @@ def extract_tasks(
     try:
         _link_onnx_nodes(ingested.model, fused, tasks, relax_model.plan)
     except Exception as exc:  # names and shapes are for people: the tasks tune without them
-        why = f"layers not linked to their ONNX nodes (names and shapes left out): {error_line(exc)}"
+        why = f"layers not linked to ONNX nodes (names, shapes left out): {error_line(exc)}"
         relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     if Algorithm.WINOGRAD in algorithms and relax_model.plan and not relax_model.plan.fallback:
         eligible = [c.index for c in relax_model.plan.convs if c.winograd_eligible]
