@@ -22,7 +22,7 @@ from convtune.service.cli_common import (
 )
 from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
-from convtune.service.progress import PHASE_EVENTS, TuneProgress
+from convtune.service.progress import PHASE_EVENTS, TuneProgress, notice
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 
@@ -131,8 +131,9 @@ class Progress:
         self.state = TuneProgress(budget_minutes=budget_minutes)
         self.rows: dict[int, dict[str, Any]] = {}
         self.is_live = sys.stdout.isatty() if live is None else live
+        self.console = Console() if self.is_live else Console(width=200)
         self.live: Live | None = (
-            Live(self._render(), console=Console(), refresh_per_second=4, transient=False)
+            Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
             if self.is_live
             else None
         )
@@ -165,6 +166,10 @@ class Progress:
         self.state.update(kind, payload)
         if kind == "trial_batch":
             self.rows[payload["task_index"]] = payload
+        line = notice(kind, payload)
+        if line is not None:
+            # Printed above the live table (rich keeps it there), or as a plain line.
+            self.console.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
         if self.live is not None:
             self.live.update(self._render())
         elif kind == "trial_batch":
@@ -208,6 +213,13 @@ def tune(
             "builds on the fastest single measurements where no earlier job confirmed one."
         ),
     ] = TuneOptions.confirm,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            help="After verification, time the artifact against onnxruntime on the same "
+            "threads and name the layers of any gap (the last line)."
+        ),
+    ] = TuneOptions.compare,
     db: DbOption = None,
 ) -> None:
     """Tune every task of MODEL, build OUT/model.so, verify it against onnxruntime."""
@@ -228,6 +240,7 @@ def tune(
             algorithms=Algorithm.parse_list(algorithms),
             fleet=fleet,
             confirm=confirm,
+            compare=compare,
         )
         progress = Progress(budget_minutes)
         with progress:
@@ -252,6 +265,12 @@ def tune(
             "successful trial and run unscheduled loops: "
             + ", ".join(result.manifest["untuned_tasks"])
         )
+    if result.manifest.get("build_fallback"):
+        console.print(f"[yellow]built with {result.manifest['build_fallback']}[/]")
+    check = result.manifest.get("peer_check")
+    if check is not None:
+        slower = check["ratio"] is not None and check["ratio"] > 1.0
+        console.print(f"[{'yellow' if slower else 'green'}]vs onnxruntime:[/] {check['message']}")
 
 
 @app.command()

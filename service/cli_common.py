@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.errors import ConvtuneError, error_line
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -30,12 +33,21 @@ InputShapeOption = Annotated[
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """A user mistake ends the command with its one-line message and exit code, no traceback."""
+    """A user mistake ends the command with its one-line message and exit code, no traceback.
+
+    Anything else is our bug, and still one line (exit 1): its traceback goes to a file named
+    in that line, for the report, not to the user's terminal."""
     try:
         yield
     except ConvtuneError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(err.exit_code) from None
+    except Exception as exc:
+        fd, path = tempfile.mkstemp(prefix="convtune-error-", suffix=".txt")
+        with os.fdopen(fd, "w") as report:
+            report.write(traceback.format_exc())
+        typer.echo(f"error: internal error: {error_line(exc)} (traceback in {path})", err=True)
+        raise typer.Exit(1) from None
 
 
 def open_database(db: str | None) -> Engine:

@@ -17,6 +17,15 @@ def _clock(seconds: float) -> str:
 
 #: Events that move a job to its next phase: the CLI and the worker log a line for each.
 PHASE_EVENTS = ("search_planned", "confirmed", "build_started", "verified")
+#: Events that say, in their payload's one-line ``message``, where the job fell back at the
+#: smallest scope (a space dropped for one task, a pass in the generic space, a build without
+#: Winograd or records, a model compiled NCHW): the CLI and the worker print each as a note.
+NOTICE_EVENTS = ("layout_fallback", "space_dropped", "search_fallback", "build_fallback")
+
+
+def notice(kind: str, payload: dict[str, Any]) -> str | None:
+    """The one line a :data:`NOTICE_EVENTS` event says; None for any other event."""
+    return str(payload.get("message", kind)) if kind in NOTICE_EVENTS else None
 
 
 @dataclass

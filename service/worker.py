@@ -41,7 +41,7 @@ from convtune.db.models import JobRow, JobStatus, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
-from convtune.service.progress import PHASE_EVENTS, TuneProgress
+from convtune.service.progress import PHASE_EVENTS, TuneProgress, notice
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
@@ -314,6 +314,8 @@ class Worker:
             progress.update(kind, payload)
             if kind == "trial_batch":
                 log.info("job %d: %s", job_id, progress.batch_line())
+            elif notice(kind, payload) is not None:
+                log.warning("job %d: %s", job_id, notice(kind, payload))
             elif kind in PHASE_EVENTS:
                 log.info("job %d: %s · %s", job_id, progress.phase, progress.summary())
             # The search has returned; stop here rather than build an artifact nobody wants

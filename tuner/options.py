@@ -94,6 +94,9 @@ class TuneOptions:
     #: within ``budget_minutes``: the search leaves it time); off: nothing is re-measured, and
     #: the build takes the fastest single measurements where no earlier job confirmed a record.
     confirm: bool = True
+    #: After verification, time the artifact beside onnxruntime on the job's threads and, when
+    #: it is slower, name the layers of the gap (tuner/peer_check.py): the job's last line.
+    compare: bool = True
 
     def __post_init__(self) -> None:
         self.layout = Layout.parse(self.layout)

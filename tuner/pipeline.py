@@ -16,6 +16,7 @@ import tvm
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow, Timing
@@ -31,16 +32,18 @@ from .confirm import (
     confirm_tasks,
     not_confirmed,
 )
-from .errors import ConvtuneError
+from .errors import ConvtuneError, error_line
 from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from .fleet import Fleet, FleetUnavailable, find_fleet
 from .ingest import IngestedModel
 from .library import build_library, copy_library, file_sha256
 from .options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
+from .peer_check import check_against_onnxruntime
 from .runtime import Artifact, set_threads
 from .search import EventSink, SearchResult, run_search
+from .space_check import DroppedSpace
 from .target import make_target, target_threads
-from .verify import verify_artifact
+from .verify import Verification, verify_artifact
 
 
 @dataclass
@@ -129,15 +132,21 @@ def _spec_dict(spec: Any) -> dict[str, Any]:
     return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype}
 
 
-def layer_figures(prepared: PreparedModel) -> list[dict[str, Any]]:
+def layer_figures(
+    prepared: PreparedModel, dropped: Sequence[DroppedSpace] = ()
+) -> list[dict[str, Any]]:
     """Per task: what it implements and the record a build uses (``confirmed`` when it was
-    re-measured beside its rivals, tuner/confirm.py; else the fastest single measurement)."""
+    re-measured beside its rivals, tuner/confirm.py; else the fastest single measurement), and
+    the spaces its search left out (``dropped_spaces``: space, reason)."""
     rows = []
     for task, wid in zip(prepared.tasks, prepared.workload_ids, strict=True):
         best = prepared.database.chosen_record(wid)
         rows.append(
             {
                 **task.as_dict(),
+                "dropped_spaces": [
+                    {"space": d.space, "reason": d.reason} for d in dropped if d.task == task.name
+                ],
                 "workload_id": wid,
                 "record_id": best.id if best is not None else None,
                 "trials": prepared.database.count_trials(wid),
@@ -290,7 +299,7 @@ def tune_model(
             "out_of_time": report.out_of_time,
         },
     )
-    layers = layer_figures(prepared)
+    layers = layer_figures(prepared, search.dropped)
     winograd = choose_winograd(
         prepared.tasks,
         {row["shash"]: row["best_ms"] for row in layers},
@@ -312,18 +321,18 @@ def tune_model(
             "reused_artifact": reused.id if reused is not None else None,
         },
     )
-    if reused is not None:
-        so_path = copy_library(Path(reused.path), out_dir)
-    else:
-        so_path = build_library(relax_model, prepared.database, prepared.target, out_dir)
     set_threads(threads)
+    attempts = build_attempts(ingested, prepared, options.layout, relax_model, winograd, reused)
+    so_path, verification, fallback = build_verified(
+        attempts, ingested, out_dir, target=prepared.target, threads=threads, seed=options.seed,
+        emit=emit,
+    )  # fmt: skip
+    if fallback is not None:
+        if fallback.winograd_dropped:
+            winograd, layout_plan = {}, fallback.relax_model.layout_summary()
+        # Not the tuned build: a later job with the same records builds again, not reuses this.
+        key = "fallback:" + build_key(prepared, options.layout, layers, winograd)
     try:
-        verification = verify_artifact(
-            Artifact.load(so_path, [s.name for s in ingested.inputs]),
-            ingested,
-            threads=threads,
-            seed=options.seed,
-        )
         on_device = None
         if fleet is not None:
             from .remote import verify_on_fleet
@@ -341,6 +350,13 @@ def tune_model(
         so_path.unlink(missing_ok=True)
         raise
     emit("verified", {**verification.as_dict(), "on_device": on_device})
+    check = None
+    if options.compare and fleet is None:  # a fleet's artifact runs on its devices, not here
+        check = check_against_onnxruntime(
+            ingested, so_path, target=prepared.target, threads=threads, layout=options.layout,
+            winograd=winograd,
+        )  # fmt: skip
+        emit("compared", check.as_dict())
     manifest = {
         "format": MANIFEST_FORMAT,
         "model": {"name": ingested.name, "sha256": ingested.sha256},
@@ -368,8 +384,14 @@ def tune_model(
             # How the kernels that were chosen were timed (db.models.Timing).
             "timing": prepared.database.timing.value,
         },
-        "untuned_tasks": [row["task"] for row in layers if row["best_ms"] is None],
+        "untuned_tasks": untuned_tasks(prepared.tasks, layers, winograd),
+        # Spaces left out of a task's search and why (tuner/space_check.py), one line each.
+        "dropped_spaces": [d.as_dict() for d in search.dropped],
+        # How the library was built when the tuned build could not be (None: as tuned).
+        "build_fallback": fallback.reason if fallback is not None else None,
         "build_key": key,
+        # The artifact timed beside onnxruntime on the job's threads (tuner/peer_check.py).
+        "peer_check": check.as_dict() if check is not None else None,
         "reused_from_artifact": reused.id if reused is not None else None,
         "layers": layers,
     }
@@ -389,6 +411,104 @@ def tune_model(
         artifact_id = artifact.id
     emit("done", {"artifact_id": artifact_id, "so_path": str(so_path)})
     return TuneResult(artifact_id, prepared.model_id, so_path, manifest, search)
+
+
+def untuned_tasks(
+    tasks: Sequence[ModelTask], layers: Sequence[dict[str, Any]], winograd: dict[int, int]
+) -> list[str]:
+    """Tasks the library runs with no record (unscheduled loops): an alternative kernel the
+    build did not pick (a Winograd task of a conv built direct) does not run at all."""
+    built_alternatives = set(winograd)
+    names = []
+    for task, row in zip(tasks, layers, strict=True):
+        runs = not task.is_alternative or built_alternatives.intersection(task.convs)
+        if runs and row["best_ms"] is None:
+            names.append(row["task"])
+    return names
+
+
+@dataclass(frozen=True)
+class BuildAttempt:
+    """One way to build the library, tried in order until one builds and verifies."""
+
+    relax_model: RelaxModel
+    database: Any  # a MetaSchedule Database: the tuned records, or none at all
+    #: Why this attempt is not the tuned build (None for the first, as tuned).
+    reason: str | None = None
+    #: This attempt computes every conv direct, though the search chose Winograd for some.
+    winograd_dropped: bool = False
+    #: A verified library built before under the same build key (copied, not rebuilt).
+    reused: Path | None = None
+
+
+def build_attempts(
+    ingested: IngestedModel,
+    prepared: PreparedModel,
+    layout: Layout,
+    relax_model: RelaxModel,
+    winograd: dict[int, int],
+    reused: ArtifactRow | None,
+) -> list[BuildAttempt]:
+    """The tuned build; then, if Winograd convs were chosen, the same records with every conv
+    direct (Winograd's rounding is the likeliest to miss the tolerance); then TVM's unscheduled
+    functions for every task, which builds wherever the frontend converted the model."""
+    attempts = [
+        BuildAttempt(relax_model, prepared.database, reused=Path(reused.path) if reused else None)
+    ]
+    direct = prepared.relax_model
+    if winograd:
+        attempts.append(
+            BuildAttempt(direct, prepared.database, "every conv direct", winograd_dropped=True)
+        )
+    attempts.append(
+        BuildAttempt(
+            direct,
+            ms.database.MemoryDatabase(),
+            "TVM's default schedules (no tuning record applied)",
+            winograd_dropped=bool(winograd),
+        )
+    )
+    return attempts
+
+
+def build_verified(
+    attempts: Sequence[BuildAttempt],
+    ingested: IngestedModel,
+    out_dir: Path,
+    *,
+    target: Target,
+    threads: int,
+    seed: int,
+    emit: EventSink,
+) -> tuple[Path, Verification, BuildAttempt | None]:
+    """The first of ``attempts`` that builds and matches onnxruntime: its library, verification
+    and, when it is not the first, the attempt (its ``reason`` said in a ``build_fallback``
+    event). The last attempt's error is raised, as one line, when none does."""
+    names = [s.name for s in ingested.inputs]
+    failure: ConvtuneError | None = None
+    for attempt in attempts:
+        if failure is not None:
+            emit("build_fallback", {"message": f"building with {attempt.reason}: {failure}"})
+        so_path: Path | None = None
+        try:
+            if attempt.reused is not None:
+                so_path = copy_library(attempt.reused, out_dir)
+            else:
+                so_path = build_library(attempt.relax_model, attempt.database, target, out_dir)
+            verification = verify_artifact(
+                Artifact.load(so_path, names), ingested, threads=threads, seed=seed
+            )
+        except Exception as exc:
+            if so_path is not None:
+                so_path.unlink(missing_ok=True)
+            if isinstance(exc, ConvtuneError):
+                failure = exc
+            else:
+                failure = ConvtuneError(f"the build failed: {error_line(exc)}")
+            continue
+        return so_path, verification, attempt if attempt is not attempts[0] else None
+    assert failure is not None
+    raise failure
 
 
 def _json_default(value: Any) -> Any:

@@ -19,14 +19,17 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import version
 from typing import Any
 
+from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.cost_model import CostModel, XGBModel
 from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -42,19 +45,32 @@ from tvm.target import Target
 
 from convtune.db.models import CURRENT_TIMING
 from convtune.db.ms_database import SQLDatabase, trace_key
-from convtune.schedules.base import ScheduleSpace
+from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace
 from convtune.schedules.registry import SPACES, space_of, union_space
 
 from .builder import CandidateBuilder
 from .cost_model import CostModelStore, TrainCadence
+from .errors import ConvtuneError, error_line
 from .extract import ModelTask
 from .fleet import Fleet
 from .options import task_budget
 from .results import peak_for_threads, stored_peak
 from .runner import make_runner, measured_by, shutdown_runner
+from .space_check import (
+    FAILED_CANDIDATES_TO_DROP,
+    DroppedSpace,
+    SpaceHealth,
+    TaskSpaces,
+    check_task_spaces,
+)
 from .task_scheduler import ExclusiveGradient
 
 EventSink = Callable[[str, dict[str, Any]], None]
+
+#: The space of a task's unscheduled function, measured as a floor (TrialBudget.wants_default).
+DEFAULT_SCHEDULE = "default"
+#: Task kinds whose unscheduled function is never measured: naive loops take seconds there.
+ANCHOR_KINDS = ("conv", "gemm", "matmul")
 
 # A trial's timing (db.models.CURRENT_TIMING): one run per repeat, every argument but the input
 # flushed from the caches before it, as in a model, where each layer's weights come from memory.
@@ -120,6 +136,8 @@ class SearchResult:
     stopped_early: bool = False
     reason: str = ""
     paused: str = ""  # why the fleet could not measure (tracker gone): the job pauses
+    #: Spaces left out of a task's search (space_check.py): each a one-line event too.
+    dropped: list[DroppedSpace] = field(default_factory=list)
 
 
 def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
@@ -315,6 +333,8 @@ class TrialBudget:
         self.stale: dict[int, int] = {}
         self.retired: set[int] = set()
         self.spare = 0
+        # Tasks whose unscheduled function was measured or offered (wants_default).
+        self.defaulted: set[int] = set()
 
     def allowance(self, index: int) -> int:
         reason = self.stop_reason()
@@ -370,6 +390,17 @@ class TrialBudget:
         if self.searched_key is not None:
             self.database.mark_exhausted(self.plan.workload_ids[index], self.searched_key)
 
+    def wants_default(self, index: int) -> bool:
+        """Whether task ``index`` still needs its unscheduled function measured, once: every
+        task but the anchors (conv, Gemm, MatMul, whose naive loops take seconds) gets it as its
+        floor, so the build never picks a schedule slower than no schedule at all. A 1×1000
+        Softmax kept a 149 ms record from a search whose candidates recomputed the reduction
+        per element; unscheduled, it takes microseconds (issue 30)."""
+        if self.plan.tasks[index].kind in ANCHOR_KINDS or index in self.defaulted:
+            return False
+        self.defaulted.add(index)
+        return self.database.count_trials(self.plan.workload_ids[index], DEFAULT_SCHEDULE) == 0
+
     def measured(self, index: int) -> set[str]:
         if index not in self.seen:
             self.seen[index] = self.database.trace_keys(self.plan.workload_ids[index])
@@ -409,6 +440,7 @@ class BudgetedSearch(PySearchStrategy):
         self.union = union
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self.mod = context.mod
         self.inner._initialize_with_tune_context(context)
 
     def pre_tuning(
@@ -432,6 +464,8 @@ class BudgetedSearch(PySearchStrategy):
         if not candidates:
             self._exhausted()
             return None
+        if self.budget.wants_default(self.index):
+            candidates = [unscheduled_candidate(self.mod), *candidates]
         # MetaSchedule's search only avoids re-measuring within one run, and a small space
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
         # a schedule measured before, by this run or any earlier one, is never measured again.
@@ -459,6 +493,12 @@ class BudgetedSearch(PySearchStrategy):
         return BudgetedSearch(self.inner.clone(), self.budget, self.index, self.union)
 
 
+def unscheduled_candidate(mod: IRModule) -> MeasureCandidate:
+    """The task's function as TVM compiles it without a schedule, as a candidate: its empty
+    trace replays to the function itself, so a build that picks its record runs exactly that."""
+    return MeasureCandidate(Schedule(mod), ArgInfo.from_prim_func(mod["main"]))
+
+
 @derived_object
 class RecordTrials(PyMeasureCallback):
     """Writes every measured candidate to the database as soon as its batch is measured.
@@ -473,11 +513,14 @@ class RecordTrials(PyMeasureCallback):
         active: list[int],
         *,
         spaces: Sequence[ScheduleSpace],
+        task_spaces: TaskSpaces | None = None,
         job_id: int | None,
         on_event: EventSink | None,
         runner: ms.runner.Runner,
     ) -> None:
         super().__init__()
+        self.task_spaces = task_spaces
+        self.health = SpaceHealth()
         self.runner = runner
         self.database = database
         self.budget = budget
@@ -510,6 +553,7 @@ class RecordTrials(PyMeasureCallback):
             errors += bool(error)
             run_secs = None if error or ran.run_secs is None else [float(s) for s in ran.run_secs]
             trace_json = candidate.sch.trace.as_json()
+            space = trial_space(candidate.sch, str(trace_json), self.spaces)
             self.database.record_trial(
                 wid,
                 trace_json=trace_json,
@@ -517,12 +561,18 @@ class RecordTrials(PyMeasureCallback):
                 args_info_json=[arg.as_json() for arg in candidate.args_info],
                 error=_first_lines(error) if error else None,
                 trial_index=self.budget.counts[index],
-                space=space_of(str(trace_json), self.spaces),
+                space=space,
                 job_id=self.job_id,
                 flops=task.flops,
                 device=None if built.error_msg else measured.device,
             )
             self.budget.count_trial(index)
+            if self.health.count(index, space, error) and self.task_spaces is not None:
+                reason = f"none of its {FAILED_CANDIDATES_TO_DROP} candidates built and ran: "
+                last = (error or "").strip().splitlines() or [""]
+                dropped = self.task_spaces.drop(index, task.name, space, reason + last[-1][:300])
+                if dropped is not None:
+                    _emit(self.on_event, "space_dropped", dropped.as_dict())
         best = self.database.best_record(wid)
         # A batch the fleet could not measure says nothing about the task's progress.
         stopped = not self.budget.result.paused and self.budget.batch_measured(
@@ -559,6 +609,19 @@ class RecordTrials(PyMeasureCallback):
         )
 
 
+def _emit(on_event: EventSink | None, kind: str, payload: dict[str, Any]) -> None:
+    if on_event is not None:
+        on_event(kind, payload)
+
+
+def trial_space(sch: Schedule, trace_text: str, spaces: Sequence[ScheduleSpace]) -> str:
+    """The space a measured candidate came from; :data:`DEFAULT_SCHEDULE` for the unscheduled
+    function (an empty trace), which the search measures as every non-conv task's floor."""
+    if not sch.trace.insts:
+        return DEFAULT_SCHEDULE
+    return space_of(trace_text, spaces)
+
+
 def _first_lines(text: str, limit: int = 2000) -> str:
     return text.strip()[:limit]
 
@@ -573,15 +636,15 @@ def seed_rounds(
     plan: SearchPlan,
     active: Sequence[int],
     database: SQLDatabase,
-    spaces: Sequence[ScheduleSpace],
+    spaces_of: Mapping[int, Sequence[ScheduleSpace]],
 ) -> list[dict[int, ScheduleSpace]]:
     """The seed passes to run: round k maps each task index of ``active`` (in its order) to the
-    k-th space with ``seed_trials`` that applies to it and has no trial of it yet (a task resumed
-    or tuned before already had that seed pass)."""
+    k-th space of ``spaces_of[i]`` with ``seed_trials`` that applies to it and has no trial of it
+    yet (a task resumed or tuned before already had that seed pass)."""
     pending = {
         i: [
             space
-            for space in spaces
+            for space in spaces_of[i]
             if space.seed_trials > 0
             and space.applies_to(plan.tasks[i].mod)
             and database.count_trials(plan.workload_ids[i], space.name) == 0
@@ -646,6 +709,18 @@ def run_search(
     if not active:
         result.reason = "every task already has its trials"
         return result
+    # Each task searches the spaces that generate designs for it; one that raises is dropped
+    # for that task alone (space_check.py), and a task left with none builds unscheduled.
+    task_spaces = check_task_spaces(
+        [(i, plan.tasks[i].name, plan.tasks[i].mod) for i in active], target, spaces, seed
+    )
+    result.dropped = task_spaces.dropped  # the same list: drops during the search join it
+    for dropped in task_spaces.dropped:
+        _emit(on_event, "space_dropped", dropped.as_dict())
+    active = [i for i in active if task_spaces.of(i)]
+    if not active:
+        result.reason = "no schedule space could generate designs for the tasks left"
+        return result
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
@@ -661,18 +736,47 @@ def run_search(
     def search_pass(
         tasks: list[int], space_for: Callable[[int], SpaceGenerator], union: bool = False
     ) -> None:
-        _search_pass(
-            plan, tasks, budget, space_for, database, target, warm.model, threads=threads,
-            seed=seed, job_id=job_id, spaces=spaces, on_event=on_event, fleet=fleet, union=union,
+        run_pass = partial(
+            _search_pass, plan, budget=budget, database=database, target=target,
+            cost_model=warm.model, threads=threads, seed=seed, job_id=job_id, spaces=spaces,
+            task_spaces=task_spaces, on_event=on_event, fleet=fleet, union=union,
         )  # fmt: skip
+        try:
+            run_pass(tasks, space_for=space_for)
+        except ConvtuneError:
+            raise
+        except Exception as exc:
+            # A failure no check foresaw (a space's design raising for some sampled decisions
+            # only): what was measured is recorded; the pass's tasks go on in the generic space.
+            why = f"search pass failed ({error_line(exc)}): its tasks continue in the generic space"
+            _emit(on_event, "search_fallback", {"message": why, "tasks": len(tasks)})
+            for i in tasks:
+                for space in task_spaces.of(i):
+                    if space.name != DEFAULT_SPACE:
+                        task_spaces.drop(i, plan.tasks[i].name, space.name, error_line(exc))
+            left = [i for i in tasks if task_spaces.of(i) and budget.allowance(i) > 0]
+            if not left:
+                return
+            try:
+                run_pass(left, space_for=union_for)
+            except ConvtuneError:
+                raise
+            except Exception as exc2:
+                result.reason = f"search stopped: {error_line(exc2)}"
+                _emit(on_event, "search_fallback", {"message": result.reason, "tasks": len(left)})
 
-    rounds = seed_rounds(plan, active, database, spaces)
+    def union_for(i: int) -> SpaceGenerator:
+        return union_space(plan.tasks[i].mod, target, task_spaces.of(i))
+
+    rounds = seed_rounds(plan, active, database, task_spaces.spaces)
     # Tasks no seeded space applies to (a Gemm, elementwise ops) join the first seed round in
     # their union space: a time budget spent on seeds must not leave them unmeasured (the
     # 1000-class Gemm of ResNet-50, untuned, took 2.8 ms of 37).
     unseeded = [i for i in active if not any(i in r for r in rounds)]
     for k, seed_round in enumerate(rounds):
         first = {i: FIRST_ROUND_TRIALS for i in unseeded} if k == 0 else {}
+        # A space dropped for a task in an earlier round (all its candidates failed) is not seeded.
+        seed_round = {i: sp for i, sp in seed_round.items() if sp in task_spaces.of(i)}
         caps = {i: space.seed_trials for i, space in seed_round.items()} | first
         caps = {i: n for i, n in caps.items() if budget.allowance(i) > 0}
         if not caps:
@@ -682,14 +786,14 @@ def run_search(
         def seed_space(i: int, seed_round: dict[int, ScheduleSpace] = seed_round) -> SpaceGenerator:
             if i in seed_round:
                 return seed_round[i].generator(target)
-            return union_space(plan.tasks[i].mod, target, spaces)
+            return union_for(i)
 
         search_pass([i for i in active if i in caps], seed_space)
         budget.caps = None
-    rest = [i for i in active if budget.allowance(i) > 0]
+    rest = [i for i in active if task_spaces.of(i) and budget.allowance(i) > 0]
     if rest:
         # Only the union pass can tell that a task has nothing new left in any of its spaces.
-        search_pass(rest, lambda i: union_space(plan.tasks[i].mod, target, spaces), union=True)
+        search_pass(rest, union_for, union=True)
     if not result.reason:
         result.reason = (
             f"every task converged (< {MIN_GAIN:.0%} gain in {PATIENCE_BATCHES} batches), "
@@ -742,16 +846,17 @@ def planned_event(plan: SearchPlan, active: list[int]) -> dict[str, Any]:
 def _search_pass(
     plan: SearchPlan,
     active: list[int],
+    *,
     budget: TrialBudget,
     space_for: Callable[[int], SpaceGenerator],
     database: SQLDatabase,
     target: Target,
     cost_model: XGBModel,
-    *,
     threads: int,
     seed: int,
     job_id: int | None,
     spaces: Sequence[ScheduleSpace],
+    task_spaces: TaskSpaces,
     on_event: EventSink | None,
     fleet: Fleet | None,
     union: bool = False,
@@ -780,8 +885,9 @@ def _search_pass(
         ]
         runner = make_runner(fleet, EVALUATOR)
         recorder = RecordTrials(
-            database, budget, active, spaces=spaces, job_id=job_id, on_event=on_event, runner=runner
-        )
+            database, budget, active, spaces=spaces, task_spaces=task_spaces, job_id=job_id,
+            on_event=on_event, runner=runner,
+        )  # fmt: skip
         # Candidates compile on every core the process may use (measurement, in the runner,
         # stays one at a time).
         builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))

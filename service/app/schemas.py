@@ -109,6 +109,11 @@ class JobCreate(BaseModel):
         description="re-measure each layer's fastest kernels side by side before the build; "
         "false: build on the fastest single measurements",
     )
+    compare: bool = Field(
+        default=_DEFAULTS.compare,
+        description="after verification, time the artifact against onnxruntime on the job's "
+        "threads and name the layers of any gap (the job's 'compared' event)",
+    )
 
 
 class LayerProgress(BaseModel):

@@ -133,7 +133,7 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
     database = SQLDatabase(engine, target)
     plan = plan_search(tasks, database, 8, retune=False)
     active = list(range(len(tasks)))
-    rounds = seed_rounds(plan, active, database, SPACES)
+    rounds = seed_rounds(plan, active, database, {i: SPACES for i in active})
     seeded_anywhere = {i for r in rounds for i in r}
     assert seeded_anywhere, "no task of the mobile block has a seeded space"
     assert set(rounds[0]) == seeded_anywhere
@@ -150,7 +150,7 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
         plan.workload_ids[first], trace_json=[[], [0]], run_secs=[1e-3], args_info_json=[],
         error=None, trial_index=0, space=space.name, job_id=None, flops=1.0,
     )  # fmt: skip
-    again = seed_rounds(plan, active, database, SPACES)
+    again = seed_rounds(plan, active, database, {i: SPACES for i in active})
     assert (first, space.name) not in [(i, s.name) for r in again for i, s in r.items()]
     engine.dispose()
 
