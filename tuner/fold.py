@@ -81,13 +81,20 @@ def _fold_pass(model: onnx.ModelProto, max_elements: int) -> bool:
     new_initializers: list[onnx.TensorProto] = []
     for node in graph.node:
         values = None
-        # A folded graph output would vanish from the node list; keep such nodes as they are.
-        if not graph_outputs.intersection(node.output) and node.domain in ("", "ai.onnx"):
+        is_output = bool(graph_outputs.intersection(node.output))
+        if node.domain in ("", "ai.onnx") and not (is_output and node.op_type == "Identity"):
             values = _try_fold(node, constants, static_shapes, opsets, graph, max_elements)
         if values is None:
             kept.append(node)
             continue
         for name, value in zip(node.output, values, strict=True):
+            if name in graph_outputs:
+                # A graph output stays a node's output: an Identity of the folded value (the
+                # frontend would turn a Shape output into a shape, which no artifact returns).
+                stored = _unused_name(f"{name}__folded", graph)
+                new_initializers.append(numpy_helper.from_array(value, name=stored))
+                kept.append(helper.make_node("Identity", [stored], [name], name=node.name))
+                continue
             constants[name] = value
             new_initializers.append(numpy_helper.from_array(value, name=name))
     if not new_initializers:
@@ -139,6 +146,16 @@ def _try_fold(
     if values is None or any(v.size > max_elements for v in values):
         return None
     return values
+
+
+def _unused_name(base: str, graph: onnx.GraphProto) -> str:
+    used = {t.name for t in graph.initializer}
+    used.update(name for node in graph.node for name in [*node.input, *node.output])
+    name, i = base, 0
+    while name in used:
+        i += 1
+        name = f"{base}{i}"
+    return name
 
 
 def _size(shape: tuple[int, ...]) -> int:

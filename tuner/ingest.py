@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 
 from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
 from convtune.tuner.fold import fold_constants
+from convtune.tuner.normalize import normalize
 
 MAX_INPUT_ELEMENTS = 2**31
 """Cap on the total number of elements over all graph inputs (a pinned 10^12 is a typo)."""
@@ -142,6 +143,8 @@ def load_model(
     if model.functions:
         # The frontend does not know model-local functions; inlining makes their ops visible.
         model = onnx.inliner.inline_local_functions(model)
+    # Old opsets and exporter idioms into the forms the frontend takes, checked by onnxruntime.
+    model, _ = normalize(model)
     check_supported_ops(model)
     model = _sums_as_adds(model)
     try:

@@ -58,17 +58,23 @@ def compare(
     for name, got, ref in zip(names, ours, reference, strict=True):
         if got.shape != ref.shape:
             return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, name)
-        atol = ATOL * max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
-        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        if not (np.all(np.isfinite(got)) and np.all(np.isfinite(ref))):
-            # A NaN or Inf on either side fails, and reads as an infinite error, not as 0 (NaN
-            # compares false with everything, so a max over NaNs would hide it).
+        got64, ref64 = got.astype(np.float64), ref.astype(np.float64)
+        # NaN where the reference has NaN, and the same infinity where it has one, agree (pow or
+        # sqrt of a negative number); any other non-finite value on either side fails, and reads
+        # as an infinite error, not as 0 (NaN compares false with everything, so a max over NaNs
+        # would hide it).
+        same_special = (np.isnan(got64) & np.isnan(ref64)) | (np.isinf(ref64) & (got64 == ref64))
+        finite = np.isfinite(got64) & np.isfinite(ref64)
+        magnitude = np.abs(ref64[finite])
+        atol = ATOL * max(1.0, float(magnitude.max()) if magnitude.size else 1.0)
+        if not np.all(finite | same_special):
             abs_err = rel_err = float("inf")
             passed = False
         else:
+            diff = np.abs(got64[finite] - ref64[finite])
             abs_err = float(diff.max()) if diff.size else 0.0
-            rel_err = float((diff / np.maximum(np.abs(ref), 1e-30)).max()) if diff.size else 0.0
-            if not np.all(diff <= atol + RTOL * np.abs(ref)):
+            rel_err = float((diff / np.maximum(magnitude, 1e-30)).max()) if diff.size else 0.0
+            if not np.all(diff <= atol + RTOL * magnitude):
                 passed = False
         if abs_err >= worst[1]:
             worst = (name, abs_err, rel_err)

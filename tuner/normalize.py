@@ -1,0 +1,552 @@
+"""Import normalizer: old opsets and exporter idioms rewritten into what TVM's ONNX frontend takes.
+
+Runs in ingest after the input shapes are pinned and before constant folding and the frontend.
+Each rewrite is small and local; every model it changed is run by onnxruntime before and after,
+on seeded inputs, and a rewrite that changes the outputs refuses the model with one line naming
+it (``UnsupportedOpError``) before any tuning starts.
+
+Rewrites, in order:
+
+- ``opset``: ``onnx.version_converter`` to :data:`TARGET_OPSET`. Its adapters turn the
+  attribute-form Slice, Clip, Pad, Split, Squeeze, Unsqueeze and the opset-9 Upsample into their
+  input forms. The target was measured over tests/tuner/test_conformance.py's cases (every case
+  also at opset 9): see docs/conformance.md.
+- ``resize``: Resize inputs that are empty initializers (PyTorch's empty ``roi``/``scales``)
+  become omitted; ``sizes`` with ``axes`` or ``keep_aspect_ratio_policy``, and Shape-computed
+  sizes, become the full static output size the pinned shapes give; ``half_pixel_symmetric``
+  at an integral scale is ``half_pixel``. A scale that gives no integral size, and antialiased
+  downsampling, are refused (TVM resizes to a size, with the size ratio as the scale).
+- ``prelu``: a per-channel PRelu (``nn.PReLU(C)``: slope (C,1,1) or (C,)), which the frontend
+  asserts on, becomes ``Relu(x) - slope·Relu(-x)`` (exact).
+- ``convtranspose``: ``output_shape`` becomes explicit pads (and output_padding); pads
+  larger than the stride are the frontend's business (it handles them).
+- ``lpnorm``: LpNormalization becomes ``x / ReduceL1|ReduceL2(x, axis)``.
+- ``spacetodepth``: DepthToSpace's CRD mode, which the frontend gets wrong in some versions, is
+  spelled as Reshape/Transpose/Reshape.
+- ``batchnorm``: a BatchNormalization in training mode (batch statistics) is spelled out.
+
+Initializers listed as graph inputs stop being inputs in ingest (``_weights_as_constants``), and
+Shape-computed sizes fold at the pinned shapes in ``tuner/fold.py``.
+
+Tools compared before writing the rewrites by hand, on the conformance cases and the legacy
+corpus (bench/corpus/legacy.py): ``onnx.version_converter`` (in the onnx wheel we already ship)
+converts every case to opset 11..18 once initializers stop being inputs, and does the attribute-to-
+input rewrites; onnxsim, onnxslim and onnxscript's optimizer fold constants and fuse patterns
+but none rewrites the idioms the frontend chokes on (empty Resize inputs, per-channel PRelu,
+ConvTranspose output_shape, LpNormalization); they would add a dependency (onnxsim a native
+build, onnxscript ~10 MB with ml_dtypes) for what fold.py already does. So: no new dependency.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import onnx.version_converter
+from onnx import helper, numpy_helper
+
+from convtune.tuner.errors import UnsupportedOpError
+
+TARGET_OPSET = 17
+"""The default-domain opset models are converted up to (never down)."""
+
+_ONNX = ("", "ai.onnx")
+_CHECK_SEED = 0
+_RTOL = 1e-4
+_ATOL = 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize(model: onnx.ModelProto, check: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+    """The normalized copy of ``model`` (static input shapes expected) and the rewrites applied.
+
+    With ``check``, onnxruntime must give the same outputs for the result as for ``model`` on
+    seeded inputs; if it does not, raises ``UnsupportedOpError`` naming the first rewrite that
+    changed them. Raises ``UnsupportedOpError`` for an idiom no rewrite can express.
+    """
+    steps: list[tuple[str, onnx.ModelProto]] = []
+    current = model
+    for name, rewrite in _REWRITES:
+        changed = rewrite(current)
+        if changed is not None:
+            current = changed
+            steps.append((name, current))
+    applied = [name for name, _ in steps]
+    if check and steps:
+        _check_with_ort(model, steps)
+    return current, applied
+
+
+# ---------------------------------------------------------------------------------------------
+# opset
+# ---------------------------------------------------------------------------------------------
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in _ONNX), 1)
+
+
+def _upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    if _opset(model) >= TARGET_OPSET:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            converted = onnx.version_converter.convert_version(model, TARGET_OPSET)
+        onnx.checker.check_model(converted)
+    except Exception:  # no adapter for some node: the frontend gets the model as it is
+        return None
+    return converted
+
+
+# ---------------------------------------------------------------------------------------------
+# graph helpers
+# ---------------------------------------------------------------------------------------------
+
+
+class _Graph:
+    """The main graph's constants and static shapes, and a way to add constants."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.inits = {t.name: t for t in model.graph.initializer}
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:
+            inferred = model
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+                if all(d.HasField("dim_value") for d in tt.shape.dim):
+                    self.shapes[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+        for t in model.graph.initializer:
+            self.shapes[t.name] = tuple(t.dims)
+        self._names = {n for node in model.graph.node for n in [*node.input, *node.output]}
+        self._names |= set(self.inits)
+        self._counter = 0
+
+    def const(self, name: str) -> np.ndarray | None:
+        tensor = self.inits.get(name)
+        if tensor is not None:
+            return numpy_helper.to_array(tensor)
+        for node in self.graph.node:
+            if node.op_type == "Constant" and node.output[0] == name:
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        return numpy_helper.to_array(attr.t)
+        return None
+
+    def fresh(self, base: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{base}__n{self._counter}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def add_const(self, base: str, value: np.ndarray) -> str:
+        name = self.fresh(base)
+        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        self.inits[name] = self.graph.initializer[-1]
+        return name
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _set_attr(node: onnx.NodeProto, name: str, value) -> None:
+    _del_attr(node, name)
+    node.attribute.append(helper.make_attribute(name, value))
+
+
+def _del_attr(node: onnx.NodeProto, name: str) -> None:
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+
+
+def _label(node: onnx.NodeProto, index: int) -> str:
+    return f"'{node.name}'" if node.name else f"#{index}"
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def _replace_nodes(
+    model: onnx.ModelProto,
+    op_type: str,
+    lower: Callable[[_Graph, onnx.NodeProto, int], list[onnx.NodeProto] | None],
+) -> onnx.ModelProto | None:
+    """Copy of ``model`` with each ``op_type`` node replaced by ``lower``'s nodes (None keeps it),
+    or None when no node was replaced."""
+    if not any(n.op_type == op_type and n.domain in _ONNX for n in model.graph.node):
+        return None
+    out = _copy(model)
+    g = _Graph(out)
+    nodes: list[onnx.NodeProto] = []
+    changed = False
+    for index, node in enumerate(list(out.graph.node)):
+        new = lower(g, node, index) if node.op_type == op_type and node.domain in _ONNX else None
+        if new is None:
+            nodes.append(node)
+        else:
+            nodes.extend(new)
+            changed = True
+    if not changed:
+        return None
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Resize
+# ---------------------------------------------------------------------------------------------
+
+
+def _resize(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "Resize", _lower_resize)
+
+
+def _lower_resize(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    if _opset(g.model) < 11:
+        return None
+    inputs = list(node.input) + [""] * (4 - len(node.input))
+    x, roi, scales, sizes = inputs[:4]
+    attrs = _attrs(node)
+    values = {name: g.const(name) for name in (roi, scales, sizes) if name}
+    changed = False
+    for slot in (1, 2, 3):
+        name = inputs[slot]
+        if name and name in values and values[name] is not None and values[name].size == 0:
+            inputs[slot] = ""
+            changed = True
+    roi, scales, sizes = inputs[1:4]
+    in_shape = g.shapes.get(x)
+    out_shape = g.shapes.get(node.output[0])
+    if in_shape is None or out_shape is None:
+        return _rebuilt(node, inputs, changed)
+    where = f"Resize node {_label(node, index)}"
+    mode = attrs.get("mode", b"nearest")
+    coord = attrs.get("coordinate_transformation_mode", b"half_pixel")
+    if scales:
+        scale = g.const(scales)
+        if scale is None:
+            return _rebuilt(node, inputs, changed)
+        axes = attrs.get("axes")
+        full = np.ones(len(in_shape), dtype=np.float64)
+        if axes is not None:
+            for axis, s in zip(axes, scale.tolist(), strict=True):
+                full[axis % len(in_shape)] = s
+        else:
+            full[:] = scale
+        exact = all(
+            abs(s * d - o) < 1e-6 * max(1, o)
+            for s, d, o in zip(full, in_shape, out_shape, strict=True)
+        )
+        if not exact:
+            raise UnsupportedOpError(
+                f"{where}: scales {[float(s) for s in full]} give a non-integral output size "
+                f"from {list(in_shape)}; TVM resizes to integral sizes only"
+            )
+    else:
+        full = np.array(out_shape, dtype=np.float64) / np.array(in_shape, dtype=np.float64)
+    downsampling = any(s < 1 for s in full)
+    if attrs.get("antialias", 0) and downsampling and mode != b"nearest":
+        raise UnsupportedOpError(
+            f"{where}: antialiased {mode.decode()} downsampling is not supported by TVM"
+        )
+    if attrs.get("antialias", 0):
+        _del_attr(node, "antialias")
+        changed = True
+    if coord == b"half_pixel_symmetric":
+        _set_attr(node, "coordinate_transformation_mode", "half_pixel")
+        changed = True
+    if (
+        sizes
+        and not scales
+        and ("axes" in attrs or "keep_aspect_ratio_policy" in attrs or g.const(sizes) is None)
+    ):
+        inputs[3] = g.add_const(f"{node.output[0]}_sizes", np.array(out_shape, dtype=np.int64))
+        _del_attr(node, "axes")
+        _del_attr(node, "keep_aspect_ratio_policy")
+        changed = True
+    elif scales and "axes" in attrs:
+        inputs[2] = g.add_const(f"{node.output[0]}_scales", full.astype(np.float32))
+        _del_attr(node, "axes")
+        changed = True
+    return _rebuilt(node, inputs, changed)
+
+
+def _rebuilt(node: onnx.NodeProto, inputs: list[str], changed: bool) -> list[onnx.NodeProto] | None:
+    if not changed:
+        return None
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    del node.input[:]
+    node.input.extend(inputs)
+    return [node]
+
+
+# ---------------------------------------------------------------------------------------------
+# PRelu, ConvTranspose, LpNormalization, DepthToSpace, BatchNormalization
+# ---------------------------------------------------------------------------------------------
+
+
+def _prelu(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "PRelu", _lower_prelu)
+
+
+def _lower_prelu(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    slope_shape = g.shapes.get(node.input[1])
+    if slope_shape is None or all(d == 1 for d in slope_shape):
+        return None  # a single slope: the frontend's own nn.prelu
+    x, slope = node.input[0], node.input[1]
+    y = node.output[0]
+    pos, neg_x, neg, scaled = (g.fresh(f"{y}_{s}") for s in ("pos", "negx", "neg", "scaled"))
+    base = node.name or y
+    return [
+        helper.make_node("Relu", [x], [pos], name=f"{base}/relu"),
+        helper.make_node("Neg", [x], [neg_x], name=f"{base}/neg"),
+        helper.make_node("Relu", [neg_x], [neg], name=f"{base}/relu_neg"),
+        helper.make_node("Mul", [neg, slope], [scaled], name=f"{base}/scale"),
+        helper.make_node("Sub", [pos, scaled], [y], name=node.name),
+    ]
+
+
+def _convtranspose(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "ConvTranspose", _lower_convtranspose)
+
+
+def _lower_convtranspose(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    attrs = _attrs(node)
+    if "output_shape" not in attrs:
+        return None
+    in_shape = g.shapes.get(node.input[0])
+    w_shape = g.shapes.get(node.input[1])
+    if in_shape is None or w_shape is None:
+        return None
+    spatial = len(in_shape) - 2
+    strides = list(attrs.get("strides", [1] * spatial))
+    dilations = list(attrs.get("dilations", [1] * spatial))
+    kernel = list(attrs.get("kernel_shape", w_shape[2:]))
+    out_pad = list(attrs.get("output_padding", [0] * spatial))
+    target = list(attrs["output_shape"])[-spatial:]
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    begins, ends = [], []
+    for i in range(spatial):
+        full = strides[i] * (in_shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+        total = full - target[i]
+        if total < 0:
+            out_pad[i] += -total
+            total = 0
+        if auto_pad == b"SAME_LOWER":
+            begins.append(total - total // 2)
+            ends.append(total // 2)
+        else:
+            begins.append(total // 2)
+            ends.append(total - total // 2)
+    if any(p >= s for p, s in zip(out_pad, strides, strict=True)):
+        return None  # not expressible: left to the frontend
+    _del_attr(node, "output_shape")
+    _del_attr(node, "auto_pad")
+    _set_attr(node, "pads", begins + ends)
+    if any(out_pad):
+        _set_attr(node, "output_padding", out_pad)
+    return [node]
+
+
+def _lpnorm(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "LpNormalization", _lower_lpnorm)
+
+
+def _lower_lpnorm(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    attrs = _attrs(node)
+    p = attrs.get("p", 2)
+    axis = attrs.get("axis", -1)
+    if p not in (1, 2):
+        return None
+    x, y = node.input[0], node.output[0]
+    norm = g.fresh(f"{y}_norm")
+    reduce_op = "ReduceL1" if p == 1 else "ReduceL2"
+    base = node.name or y
+    if _opset(g.model) >= 18:
+        axes = g.add_const(f"{y}_axes", np.array([axis], dtype=np.int64))
+        reduce = helper.make_node(reduce_op, [x, axes], [norm], keepdims=1, name=f"{base}/norm")
+    else:
+        reduce = helper.make_node(
+            reduce_op, [x], [norm], axes=[axis], keepdims=1, name=f"{base}/norm"
+        )
+    return [reduce, helper.make_node("Div", [x, norm], [y], name=node.name)]
+
+
+def _depth_to_space(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "DepthToSpace", _lower_depth_to_space)
+
+
+def _lower_depth_to_space(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    attrs = _attrs(node)
+    if attrs.get("mode", b"DCR") != b"CRD":
+        return None
+    shape = g.shapes.get(node.input[0])
+    if shape is None or len(shape) != 4:
+        return None
+    b, c, h, w = shape
+    bs = int(attrs["blocksize"])
+    x, y = node.input[0], node.output[0]
+    base = node.name or y
+    s1 = g.add_const(f"{y}_shape6", np.array([b, c // (bs * bs), bs, bs, h, w], dtype=np.int64))
+    s2 = g.add_const(f"{y}_shape4", np.array([b, c // (bs * bs), h * bs, w * bs], dtype=np.int64))
+    r1, t1 = g.fresh(f"{y}_r"), g.fresh(f"{y}_t")
+    return [
+        helper.make_node("Reshape", [x, s1], [r1], name=f"{base}/split"),
+        helper.make_node("Transpose", [r1], [t1], perm=[0, 1, 4, 2, 5, 3], name=f"{base}/perm"),
+        helper.make_node("Reshape", [t1, s2], [y], name=node.name),
+    ]
+
+
+def _batchnorm(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "BatchNormalization", _lower_batchnorm)
+
+
+def _lower_batchnorm(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    attrs = _attrs(node)
+    if not attrs.get("training_mode", 0):
+        return None
+    if len([o for o in node.output if o]) > 1:
+        raise UnsupportedOpError(
+            f"BatchNormalization node {_label(node, index)} in training mode with running "
+            "statistics outputs is not supported: export the model in eval mode"
+        )
+    shape = g.shapes.get(node.input[0])
+    if shape is None:
+        return None
+    x, scale, bias = node.input[0], node.input[1], node.input[2]
+    y = node.output[0]
+    eps = float(attrs.get("epsilon", 1e-5))
+    axes = [0, *range(2, len(shape))]
+    cshape = [1, shape[1]] + [1] * (len(shape) - 2)
+    base = node.name or y
+    names = {
+        k: g.fresh(f"{y}_{k}")
+        for k in ("mean", "xc", "sq", "var", "ve", "std", "n", "s", "b", "ys")
+    }
+    eps_name = g.add_const(f"{y}_eps", np.array(eps, dtype=np.float32))
+    cshape_name = g.add_const(f"{y}_cshape", np.array(cshape, dtype=np.int64))
+    axes_kw: dict = {}
+    mean_inputs = [x]
+    var_inputs = [names["sq"]]
+    if _opset(g.model) >= 18:
+        axes_name = g.add_const(f"{y}_axes", np.array(axes, dtype=np.int64))
+        mean_inputs.append(axes_name)
+        var_inputs.append(axes_name)
+    else:
+        axes_kw = {"axes": axes}
+    return [
+        helper.make_node("ReduceMean", mean_inputs, [names["mean"]], keepdims=1, **axes_kw),
+        helper.make_node("Sub", [x, names["mean"]], [names["xc"]]),
+        helper.make_node("Mul", [names["xc"], names["xc"]], [names["sq"]]),
+        helper.make_node("ReduceMean", var_inputs, [names["var"]], keepdims=1, **axes_kw),
+        helper.make_node("Add", [names["var"], eps_name], [names["ve"]]),
+        helper.make_node("Sqrt", [names["ve"]], [names["std"]]),
+        helper.make_node("Div", [names["xc"], names["std"]], [names["n"]]),
+        helper.make_node("Reshape", [scale, cshape_name], [names["s"]]),
+        helper.make_node("Reshape", [bias, cshape_name], [names["b"]]),
+        helper.make_node("Mul", [names["n"], names["s"]], [names["ys"]]),
+        helper.make_node("Add", [names["ys"], names["b"]], [y], name=base),
+    ]
+
+
+_REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]], ...] = (
+    ("opset", _upgrade_opset),
+    ("resize", _resize),
+    ("prelu", _prelu),
+    ("convtranspose", _convtranspose),
+    ("lpnorm", _lpnorm),
+    ("depthtospace", _depth_to_space),
+    ("batchnorm", _batchnorm),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the onnxruntime check
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_with_ort(original: onnx.ModelProto, steps: list[tuple[str, onnx.ModelProto]]) -> None:
+    """Refuse when onnxruntime's outputs for the last step differ from the original's; the
+    message names the first step whose outputs differ."""
+    feeds = _seeded_feeds(original)
+    reference = _ort_run(original, feeds)
+    if reference is None:
+        return  # onnxruntime cannot run the original: the final verification is the check
+    if _same(reference, _ort_run(steps[-1][1], feeds)):
+        return
+    for name, model in steps:
+        if not _same(reference, _ort_run(model, feeds)):
+            raise UnsupportedOpError(
+                f"the import rewrite '{name}' changes the model's outputs under onnxruntime; "
+                "convtune cannot import this model"
+            )
+    raise UnsupportedOpError(
+        f"the import rewrites ({', '.join(n for n, _ in steps)}) change the model's outputs "
+        "under onnxruntime; convtune cannot import this model"
+    )
+
+
+def _seeded_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(_CHECK_SEED)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value for d in tt.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def _ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    import onnxruntime as ort
+
+    try:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+        return [np.asarray(x) for x in session.run(None, feeds)]
+    except Exception:
+        return None
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray] | None) -> bool:
+    if b is None or len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind == "f" or y.dtype.kind == "f":
+            atol = _ATOL * max(1.0, float(np.nanmax(np.abs(x), initial=0.0)))
+            if not np.allclose(x, y, rtol=_RTOL, atol=atol, equal_nan=True):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return True
