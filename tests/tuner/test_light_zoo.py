@@ -1,7 +1,7 @@
 """Real architectures from the onnx wheel's model zoo through ``tune_model``, default layout.
 
 SqueezeNet (Concat of Fire branches) and ShuffleNet (grouped convs, channel shuffle, Sum) both
-crashed Relax's ConvertLayout. Weights are seeded (bench/coverage.py): the wheel's are
+crashed Relax's ConvertLayout. Weights are seeded (bench/corpus/light.py): the wheel's are
 ConstantOfShape fills, which would hide a wrong channel order. 2 trials per task and direct
 convs only keep it short: SqueezeNet's eight 3×3 expand convs would add 16 Winograd tasks (the
 longest test of the suite, 400 s), and tests/tuner/test_algorithms.py covers those.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.coverage import light_dir, light_model
+from bench.corpus.light import light_dir, light_model
 from convtune.schedules.isa import vector_lanes
 from convtune.tuner.ingest import load_model
 from convtune.tuner.options import Algorithm, TuneOptions
