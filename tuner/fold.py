@@ -61,6 +61,9 @@ def fold_constants(
     """
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
+    # Folded values become initializers that are not graph inputs, which IR < 4 does not allow
+    # (shape inference would not see them).
+    folded.ir_version = max(folded.ir_version, 4)
     for _ in range(_MAX_PASSES):
         folded = infer_shapes(folded)
         if not _fold_pass(folded, max_elements):

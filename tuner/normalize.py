@@ -16,8 +16,9 @@ Rewrites, in order:
   sizes, become the full static output size the pinned shapes give; ``half_pixel_symmetric``
   at an integral scale is ``half_pixel``. A scale that gives no integral size, and antialiased
   downsampling, are refused (TVM resizes to a size, with the size ratio as the scale).
-- ``prelu``: a per-channel PRelu (``nn.PReLU(C)``: slope (C,1,1) or (C,)), which the frontend
-  asserts on, becomes ``Relu(x) - slope·Relu(-x)`` (exact).
+- ``legacy-prelu``: before opset 7 a 1-D PRelu slope was per channel (``nn.PReLU(C)`` as
+  PyTorch exported it at opset 6); the frontend read it numpy-style and asserted. Reshaped to
+  (C, 1, ...) before the upgrade; a (C, 1, 1) slope is the frontend's own per-axis nn.prelu.
 - ``convtranspose``: ``output_shape`` becomes explicit pads (and output_padding); pads
   larger than the stride are the frontend's business (it handles them).
 - ``lpnorm``: LpNormalization becomes ``x / ReduceL1|ReduceL2(x, axis)``.
@@ -287,6 +288,17 @@ def _lower_resize(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.Node
         inputs[2] = g.add_const(f"{node.output[0]}_scales", full.astype(np.float32))
         _del_attr(node, "axes")
         changed = True
+    if "axes" in attrs and roi:
+        # roi lists starts then ends of the given axes only; the others take the whole extent.
+        part = g.const(roi)
+        if part is not None and part.size:
+            rank, axes = len(in_shape), [a % len(in_shape) for a in attrs["axes"]]
+            whole = np.array([0.0] * rank + [1.0] * rank, dtype=part.dtype)
+            for i, axis in enumerate(axes):
+                whole[axis] = part[i]
+                whole[rank + axis] = part[len(axes) + i]
+            inputs[1] = g.add_const(f"{node.output[0]}_roi", whole)
+            changed = True
     return _rebuilt(node, inputs, changed)
 
 
@@ -303,27 +315,6 @@ def _rebuilt(node: onnx.NodeProto, inputs: list[str], changed: bool) -> list[onn
 # ---------------------------------------------------------------------------------------------
 # PRelu, ConvTranspose, LpNormalization, DepthToSpace, BatchNormalization
 # ---------------------------------------------------------------------------------------------
-
-
-def _prelu(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    return _replace_nodes(model, "PRelu", _lower_prelu)
-
-
-def _lower_prelu(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
-    slope_shape = g.shapes.get(node.input[1])
-    if slope_shape is None or all(d == 1 for d in slope_shape):
-        return None  # a single slope: the frontend's own nn.prelu
-    x, slope = node.input[0], node.input[1]
-    y = node.output[0]
-    pos, neg_x, neg, scaled = (g.fresh(f"{y}_{s}") for s in ("pos", "negx", "neg", "scaled"))
-    base = node.name or y
-    return [
-        helper.make_node("Relu", [x], [pos], name=f"{base}/relu"),
-        helper.make_node("Neg", [x], [neg_x], name=f"{base}/neg"),
-        helper.make_node("Relu", [neg_x], [neg], name=f"{base}/relu_neg"),
-        helper.make_node("Mul", [neg, slope], [scaled], name=f"{base}/scale"),
-        helper.make_node("Sub", [pos, scaled], [y], name=node.name),
-    ]
 
 
 def _convtranspose(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -391,7 +382,14 @@ def _lower_lpnorm(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.Node
         reduce = helper.make_node(
             reduce_op, [x], [norm], axes=[axis], keepdims=1, name=f"{base}/norm"
         )
-    return [reduce, helper.make_node("Div", [x, norm], [y], name=node.name)]
+    # A zero norm divides zero by zero: ONNX's reference gives 0 there, as x / max(norm, tiny).
+    tiny = g.add_const(f"{y}_tiny", np.array(np.finfo(np.float32).tiny, dtype=np.float32))
+    safe = g.fresh(f"{y}_safe")
+    return [
+        reduce,
+        helper.make_node("Max", [norm, tiny], [safe], name=f"{base}/guard"),
+        helper.make_node("Div", [x, safe], [y], name=node.name),
+    ]
 
 
 def _depth_to_space(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -429,11 +427,6 @@ def _lower_batchnorm(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.N
     attrs = _attrs(node)
     if not attrs.get("training_mode", 0):
         return None
-    if len([o for o in node.output if o]) > 1:
-        raise UnsupportedOpError(
-            f"BatchNormalization node {_label(node, index)} in training mode with running "
-            "statistics outputs is not supported: export the model in eval mode"
-        )
     shape = g.shapes.get(node.input[0])
     if shape is None:
         return None
@@ -470,17 +463,196 @@ def _lower_batchnorm(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.N
         helper.make_node("Reshape", [bias, cshape_name], [names["b"]]),
         helper.make_node("Mul", [names["n"], names["s"]], [names["ys"]]),
         helper.make_node("Add", [names["ys"], names["b"]], [y], name=base),
+        *_running_stats(g, node, names["mean"], names["var"], float(attrs.get("momentum", 0.9))),
     ]
 
 
+def _running_stats(
+    g: _Graph, node: onnx.NodeProto, mean: str, var: str, momentum: float
+) -> list[onnx.NodeProto]:
+    """BatchNormalization's optional running_mean/running_var outputs in training mode:
+    ``running · momentum + batch · (1 - momentum)`` over the per-channel batch statistics."""
+    nodes: list[onnx.NodeProto] = []
+    m = g.add_const(f"{node.output[0]}_momentum", np.array(momentum, dtype=np.float32))
+    rest = g.add_const(f"{node.output[0]}_rest", np.array(1 - momentum, dtype=np.float32))
+    for slot, batch in ((1, mean), (2, var)):
+        if len(node.output) <= slot or not node.output[slot]:
+            continue
+        flat, old, new = (g.fresh(f"{node.output[slot]}_{k}") for k in ("flat", "old", "new"))
+        nodes += [
+            helper.make_node("Flatten", [batch], [flat], axis=0),
+            helper.make_node("Mul", [node.input[2 + slot], m], [old]),
+            helper.make_node("Mul", [flat, rest], [new]),
+            helper.make_node("Add", [old, new], [f"{node.output[slot]}__2d"]),
+        ]
+        shape = g.add_const(f"{node.output[slot]}_shape", np.array([-1], dtype=np.int64))
+        nodes.append(
+            helper.make_node("Reshape", [f"{node.output[slot]}__2d", shape], [node.output[slot]])
+        )
+    return nodes
+
+
+def _space_to_depth(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "SpaceToDepth", _lower_space_to_depth)
+
+
+def _lower_space_to_depth(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    """SpaceToDepth's CRD mode (opset 26), which the frontend ignores."""
+    attrs = _attrs(node)
+    if attrs.get("mode", b"DCR") != b"CRD":
+        return None
+    shape = g.shapes.get(node.input[0])
+    if shape is None or len(shape) != 4:
+        return None
+    b, c, h, w = shape
+    bs = int(attrs["blocksize"])
+    x, y = node.input[0], node.output[0]
+    base = node.name or y
+    s1 = g.add_const(f"{y}_shape6", np.array([b, c, h // bs, bs, w // bs, bs], dtype=np.int64))
+    s2 = g.add_const(f"{y}_shape4", np.array([b, c * bs * bs, h // bs, w // bs], dtype=np.int64))
+    r1, t1 = g.fresh(f"{y}_r"), g.fresh(f"{y}_t")
+    return [
+        helper.make_node("Reshape", [x, s1], [r1], name=f"{base}/split"),
+        helper.make_node("Transpose", [r1], [t1], perm=[0, 1, 3, 5, 2, 4], name=f"{base}/perm"),
+        helper.make_node("Reshape", [t1, s2], [y], name=node.name),
+    ]
+
+
+def _celu(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "Celu", _lower_celu)
+
+
+def _lower_celu(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    """Celu(x, a) = a·Elu(x / a): the frontend has Elu, not Celu."""
+    alpha = float(_attrs(node).get("alpha", 1.0))
+    x, y = node.input[0], node.output[0]
+    base = node.name or y
+    a = g.add_const(f"{y}_alpha", np.array(alpha, dtype=np.float32))
+    scaled, elu = g.fresh(f"{y}_scaled"), g.fresh(f"{y}_elu")
+    return [
+        helper.make_node("Div", [x, a], [scaled], name=f"{base}/scale"),
+        helper.make_node("Elu", [scaled], [elu], alpha=1.0, name=f"{base}/elu"),
+        helper.make_node("Mul", [elu, a], [y], name=node.name),
+    ]
+
+
+def _maxpool_indices(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "MaxPool", _lower_maxpool)
+
+
+def _lower_maxpool(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    """An Indices output nothing reads is dropped; one that is read is refused."""
+    if len(node.output) < 2 or not node.output[1]:
+        return None
+    used = {name for n in g.graph.node for name in n.input} | {o.name for o in g.graph.output}
+    if node.output[1] in used:
+        raise UnsupportedOpError(
+            f"MaxPool node {_label(node, index)}: its Indices output (argmax positions) is not "
+            "supported by the TVM ONNX frontend"
+        )
+    del node.output[1:]
+    return [node]
+
+
+def _pow_exponent(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "Pow", _lower_pow)
+
+
+def _lower_pow(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    """A constant integer exponent of a float base becomes a float constant (the frontend's
+    power needs one dtype on both sides)."""
+    exponent = g.const(node.input[1])
+    if exponent is None or exponent.dtype.kind not in "iu":
+        return None
+    node.input[1] = g.add_const(f"{node.input[1]}_float", exponent.astype(np.float32))
+    return [node]
+
+
+def _tile(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "Tile", _lower_tile)
+
+
+def _lower_tile(g: _Graph, node: onnx.NodeProto, index: int) -> list[onnx.NodeProto] | None:
+    """Tile as Reshape → Expand → Reshape: TVM's tile (``x[i % d]`` per element) is
+    miscompiled for ``mcpu=znver5`` targets (wrong values, 2026-12; plain ``llvm`` is right),
+    and the broadcast form has no modulo."""
+    reps = g.const(node.input[1])
+    shape = g.shapes.get(node.input[0])
+    if reps is None or shape is None or len(reps) != len(shape):
+        return None
+    x, y = node.input[0], node.output[0]
+    base = node.name or y
+    spread = [v for d in shape for v in (1, d)]
+    tiled = [v for r, d in zip(reps.tolist(), shape, strict=True) for v in (r, d)]
+    final = [r * d for r, d in zip(reps.tolist(), shape, strict=True)]
+    s1 = g.add_const(f"{y}_spread", np.array(spread, dtype=np.int64))
+    s2 = g.add_const(f"{y}_tiled", np.array(tiled, dtype=np.int64))
+    s3 = g.add_const(f"{y}_shape", np.array(final, dtype=np.int64))
+    r1, e1 = g.fresh(f"{y}_r"), g.fresh(f"{y}_e")
+    return [
+        helper.make_node("Reshape", [x, s1], [r1], name=f"{base}/spread"),
+        helper.make_node("Expand", [r1, s2], [e1], name=f"{base}/expand"),
+        helper.make_node("Reshape", [e1, s3], [y], name=node.name),
+    ]
+
+
+def _empty_list_attrs(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Empty list attributes (``axes=[]``, which version_converter writes for a Reduce over all
+    axes) dropped: the frontend cannot parse them, and absent means the same."""
+    lists = (onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRINGS)
+
+    def empty(a: onnx.AttributeProto) -> bool:
+        return a.type in lists and not (a.ints or a.floats or a.strings)
+
+    if not any(empty(a) for n in model.graph.node for a in n.attribute):
+        return None
+    out = _copy(model)
+    for node in out.graph.node:
+        kept = [a for a in node.attribute if not empty(a)]
+        if len(kept) != len(node.attribute):
+            del node.attribute[:]
+            node.attribute.extend(kept)
+    return out
+
+
+def _legacy_prelu(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Before opset 7, PRelu's 1-D slope was per channel (axis 1); from 7 it broadcasts
+    numpy-style (to the last axis). Reshaped to (C, 1, ...) before the opset upgrade."""
+    if _opset(model) >= 7:
+        return None
+    return _replace_nodes(model, "PRelu", _lower_legacy_prelu)
+
+
+def _lower_legacy_prelu(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    slope = g.const(node.input[1])
+    shape = g.shapes.get(node.input[0])
+    if slope is None or shape is None or slope.ndim != 1 or slope.size == 1 or len(shape) < 3:
+        return None
+    if slope.size != shape[1]:
+        return None
+    channel = slope.reshape((slope.size,) + (1,) * (len(shape) - 2))
+    node.input[1] = g.add_const(f"{node.input[1]}_channel", channel)
+    return [node]
+
+
 _REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]], ...] = (
+    ("legacy-prelu", _legacy_prelu),
     ("opset", _upgrade_opset),
     ("resize", _resize),
-    ("prelu", _prelu),
     ("convtranspose", _convtranspose),
     ("lpnorm", _lpnorm),
     ("depthtospace", _depth_to_space),
     ("batchnorm", _batchnorm),
+    ("spacetodepth", _space_to_depth),
+    ("celu", _celu),
+    ("maxpool-indices", _maxpool_indices),
+    ("pow", _pow_exponent),
+    ("tile", _tile),
+    ("empty-attrs", _empty_list_attrs),
 )
 
 

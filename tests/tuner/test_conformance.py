@@ -238,6 +238,9 @@ def _oldest_variant(case: Case) -> Case | None:
                 warnings.simplefilter("ignore")
                 converted = onnx.version_converter.convert_version(case.model, version)
             onnx.checker.check_model(converted)
+            # A variant ONNX's own inference disagrees with (ceil-mode pools changed their
+            # output size in opset 19) is the converter's bug, not an old export.
+            onnx.shape_inference.infer_shapes(converted, strict_mode=True)
         except Exception:
             continue
         if _ort_matches(converted, case.data_sets):
@@ -246,9 +249,12 @@ def _oldest_variant(case: Case) -> Case | None:
     return None
 
 
-def all_cases() -> list[Case]:
-    """Every case and its oldest-opset variant, parameters as initializers."""
-    base = [_params_as_initializers(c) for c in [*_node_cases(), *_pytorch_cases()]]
+def all_cases(only: str = "") -> list[Case]:
+    """Every case (whose name holds ``only``) and its oldest-opset variant, parameters as
+    initializers."""
+    base = [
+        _params_as_initializers(c) for c in [*_node_cases(), *_pytorch_cases()] if only in c.name
+    ]
     cases: list[Case] = []
     for case in base:
         cases.append(case)
@@ -494,7 +500,7 @@ def write_doc(results: dict[str, Outcome], seconds: float) -> str:
 def main(argv: Sequence[str]) -> int:
     only = argv[0] if argv else ""
     start = time.perf_counter()
-    cases = [c for c in all_cases() if only in c.name]
+    cases = all_cases(only)
     collected = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         results = run_cases(cases, make_target(), Path(tmp))
