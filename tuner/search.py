@@ -335,6 +335,8 @@ class TrialBudget:
         self.spare = 0
         # Tasks whose unscheduled function was measured or offered (wants_default).
         self.defaulted: set[int] = set()
+        # Why the search cannot go on at all (a pass failed even in the generic space).
+        self.halted = ""
 
     def allowance(self, index: int) -> int:
         reason = self.stop_reason()
@@ -407,6 +409,8 @@ class TrialBudget:
         return self.seen[index]
 
     def stop_reason(self) -> str:
+        if self.halted:
+            return self.halted
         if self.result.paused:
             return f"paused: {self.result.paused}"
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -753,7 +757,10 @@ def run_search(
             for i in tasks:
                 for space in task_spaces.of(i):
                     if space.name != DEFAULT_SPACE:
-                        task_spaces.drop(i, plan.tasks[i].name, space.name, error_line(exc))
+                        dropped = task_spaces.drop(
+                            i, plan.tasks[i].name, space.name, f"its pass failed: {error_line(exc)}"
+                        )
+                        _emit(on_event, "space_dropped", dropped.as_dict() if dropped else {})
             left = [i for i in tasks if task_spaces.of(i) and budget.allowance(i) > 0]
             if not left:
                 return
@@ -762,8 +769,9 @@ def run_search(
             except ConvtuneError:
                 raise
             except Exception as exc2:
-                result.reason = f"search stopped: {error_line(exc2)}"
-                _emit(on_event, "search_fallback", {"message": result.reason, "tasks": len(left)})
+                # What was measured stands; the build uses it and TVM's default elsewhere.
+                budget.halted = f"search stopped: {error_line(exc2)}"
+                _emit(on_event, "search_fallback", {"message": budget.halted, "tasks": len(left)})
 
     def union_for(i: int) -> SpaceGenerator:
         return union_space(plan.tasks[i].mod, target, task_spaces.of(i))

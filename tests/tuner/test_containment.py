@@ -1,0 +1,213 @@
+"""No exception from one schedule space, one task or one helper ends a job (issue 30).
+
+The forced failures are real: each space's generator is wrapped so that its design raises on one
+task (as the Winograd space's did on a YOLO SiLU epilogue), and a real search, build and
+verification run around it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
+from tvm_ffi import structural_hash
+
+from convtune.schedules.registry import SPACES
+from convtune.tuner.extract import extract_tasks
+from convtune.tuner.ingest import load_model
+from convtune.tuner.options import TuneOptions
+from convtune.tuner.peer_check import REST, widest_gaps
+from convtune.tuner.pipeline import tune_model
+from convtune.tuner.profile import ORT_OTHER, OUTSIDE_KERNELS
+from convtune.tuner.search import DEFAULT_SCHEDULE
+from convtune.tuner.space_check import check_task_spaces
+from convtune.tuner.target import make_target
+from tests.models import _init, _vi, _weights, make_model, to_bytes
+
+FORCED = "forced failure for the containment test"
+
+
+def every_space_net(seed: int = 0) -> onnx.ModelProto:
+    """One small graph with a task for every registered space: an RGB stem, a depthwise conv, 1×1
+    and 3×3 stride-1 convs (blocked, Winograd-eligible), a max-pool, a 512-channel reduction,
+    and a classifier ending in Softmax."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init("w_stem", _weights(rng, (16, 3, 3, 3))),
+        _init("w_dw", _weights(rng, (16, 1, 3, 3))),
+        _init("w_pw", _weights(rng, (32, 16, 1, 1))),
+        _init("w_3x3", _weights(rng, (32, 32, 3, 3))),
+        _init("w_wide", _weights(rng, (512, 32, 1, 1))),
+        _init("w_narrow", _weights(rng, (32, 512, 1, 1))),
+        _init("w_fc", _weights(rng, (10, 32))),
+        _init("b_fc", np.zeros(10, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w_stem"], ["s"], strides=[2, 2], pads=[1] * 4),
+        helper.make_node("Relu", ["s"], ["s_r"]),
+        helper.make_node("Conv", ["s_r", "w_dw"], ["d"], group=16, pads=[1] * 4),
+        helper.make_node("Relu", ["d"], ["d_r"]),
+        helper.make_node("Conv", ["d_r", "w_pw"], ["p"]),
+        helper.make_node("Relu", ["p"], ["p_r"]),
+        helper.make_node("Conv", ["p_r", "w_3x3"], ["c"], pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["c_r"]),
+        helper.make_node("MaxPool", ["c_r"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["m", "w_wide"], ["wd"]),
+        helper.make_node("Relu", ["wd"], ["wd_r"]),
+        helper.make_node("Conv", ["wd_r", "w_narrow"], ["n"]),  # 32 input blocks: kblock
+        helper.make_node("GlobalAveragePool", ["n"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "w_fc", "b_fc"], ["l"], transB=1),
+        helper.make_node("Softmax", ["l"], ["y"], axis=1),
+    ]
+    return make_model(nodes, [_vi("x", (1, 3, 32, 32))], [_vi("y", (1, 10))], inits)
+
+
+@derived_object
+class FailOn(PySpaceGenerator):
+    """``inner``, except that generating designs for the task ``victim`` (structural hash)
+    raises."""
+
+    def __init__(self, inner, victim: int) -> None:
+        # The inner generator's rules, postprocessors and mutators (every space of ours gives
+        # them explicitly), so candidates are post-processed as the space's own are.
+        self.sch_rules, self.postprocs = inner.sch_rules, inner.postprocs
+        self.mutator_probs = inner.mutator_probs
+        self.inner = inner
+        self.victim = victim
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def generate_design_space(self, mod):
+        if structural_hash(mod) == self.victim:
+            raise RuntimeError(FORCED)
+        return self.inner.generate_design_space(mod)
+
+    def clone(self):
+        return FailOn(self.inner.clone(), self.victim)
+
+
+def _victims(tasks) -> dict[str, object]:
+    """Per registered space, the first task it applies to (the test model must cover them all)."""
+    victims = {}
+    for space in SPACES:
+        for task in tasks:
+            if space.applies_to(task.mod):
+                victims[space.name] = task
+                break
+    return victims
+
+
+def test_a_space_whose_design_raises_is_dropped_for_that_task_only() -> None:
+    target = make_target(None)
+    ingested = load_model(to_bytes(every_space_net()))
+    _, tasks = extract_tasks(ingested, target, algorithms=TuneOptions().algorithms)
+    victims = _victims(tasks)
+    assert set(victims) == {s.name for s in SPACES}, "the model no longer covers every space"
+    space = next(s for s in SPACES if s.name == "nchwc-regblock")
+    victim = victims[space.name]
+
+    class Failing(type(space)):  # type: ignore[misc]
+        def generator(self, target):
+            return FailOn(super().generator(target), structural_hash(victim.mod))
+
+    failing = Failing()
+    checked = check_task_spaces(
+        [(t.index, t.name, t.mod) for t in tasks], target, [failing, *SPACES[:1]]
+    )
+    [dropped] = checked.dropped
+    assert (dropped.space, dropped.task) == (space.name, victim.name)
+    assert FORCED in dropped.reason and "\n" not in dropped.reason
+    assert failing not in checked.of(victim.index)
+    others = [t for t in tasks if t is not victim and space.applies_to(t.mod)]
+    assert all(failing in checked.of(t.index) for t in others)
+
+
+@pytest.mark.slow
+def test_a_forced_failure_in_every_space_still_gives_a_verified_artifact(
+    tmp_path, sqlite_engine, monkeypatch
+) -> None:
+    """Every space raises on one task at once: each is dropped for that task with an event
+    naming both, the search goes on in the others, and the artifact verifies."""
+    target = make_target(None)
+    model = every_space_net()
+    ingested = load_model(to_bytes(model))
+    _, tasks = extract_tasks(ingested, target, algorithms=TuneOptions().algorithms)
+    victims = _victims(tasks)
+    for space in SPACES:
+        original = space.generator
+        victim = structural_hash(victims[space.name].mod)
+        monkeypatch.setattr(
+            space,
+            "generator",
+            lambda target, original=original, victim=victim: FailOn(original(target), victim),
+        )
+    seen: list[tuple[str, dict]] = []
+    result = tune_model(
+        ingested,
+        tmp_path / "out",
+        TuneOptions(trials_per_task=1, seed=0, confirm=False),
+        engine=sqlite_engine,
+        on_event=lambda kind, payload: seen.append((kind, payload)),
+    )
+    assert result.manifest["verification"]["passed"]
+    dropped = {(p["space"], p["task"]) for kind, p in seen if kind == "space_dropped"}
+    for space, task in victims.items():
+        assert (space, task.name) in dropped, (space, task.name, dropped)
+    assert {(d["space"], d["task"]) for d in result.manifest["dropped_spaces"]} == dropped
+    messages = [p["message"] for kind, p in seen if kind == "space_dropped"]
+    assert all(FORCED in m and "\n" not in m for m in messages)
+    # The layers say what their search left out.
+    by_task = {row["task"]: row for row in result.manifest["layers"]}
+    for space, task in victims.items():
+        assert space in [d["space"] for d in by_task[task.name]["dropped_spaces"]]
+    # The job's last step timed it against onnxruntime.
+    check = result.manifest["peer_check"]
+    assert check["ms"] > 0 and check["ort_ms"] > 0 and "onnxruntime" in check["message"]
+    assert_no_slower_than_unscheduled(sqlite_engine, result.manifest["layers"])
+
+
+def assert_no_slower_than_unscheduled(engine, layers: list[dict]) -> None:
+    """The Softmax (and every other non-anchor task searched) had its unscheduled function
+    measured once, and the record the build uses is never slower than it; no anchor uses it."""
+    from convtune.db.ms_database import SQLDatabase
+
+    database = SQLDatabase(engine, make_target(None))
+    others = [row for row in layers if row["kind"] == "other"]
+    assert any("softmax" in row["task"] for row in others), layers
+    for row in others:
+        if row["best_ms"] is None and row["dropped_spaces"]:
+            continue  # every space dropped: it was never searched, and runs unscheduled
+        wid = row["workload_id"]
+        assert database.count_trials(wid, DEFAULT_SCHEDULE) == 1, row["task"]
+        floor = min(
+            r.mean_sec
+            for r in database.fastest_records(wid, 1000)
+            if r.space == DEFAULT_SCHEDULE and r.mean_sec is not None
+        )
+        assert row["best_ms"] is not None and row["best_ms"] <= floor * 1e3 + 1e-12, row
+    anchors = [row for row in layers if row["kind"] != "other"]
+    assert all(row["space"] != DEFAULT_SCHEDULE for row in anchors)
+
+
+def _row(layer: str, ms: float | None, ort_ms: float | None) -> dict:
+    return {"layer": layer, "op": "", "shape": "", "ms": ms, "ort_ms": ort_ms}
+
+
+def test_the_gap_names_the_layers_slower_than_onnxruntime_widest_first() -> None:
+    rows = [
+        _row("conv_a", 1.0, 0.4),  # 0.6 slower
+        _row("conv_b", 0.2, 0.5),  # faster: never named
+        _row("gemm", 0.9, 0.8),  # 0.1 slower
+        _row("softmax", 3.0, None),  # no onnxruntime node of its own
+        _row(OUTSIDE_KERNELS, 0.5, None),
+        _row(ORT_OTHER, None, 0.3),
+    ]
+    gaps = widest_gaps(rows, limit=2)
+    assert [g.layer for g in gaps] == [REST, "conv_a"]
+    assert gaps[0].ms == pytest.approx(3.5) and gaps[0].ort_ms == pytest.approx(0.3)
+    assert [g.layer for g in widest_gaps(rows, limit=5)] == [REST, "conv_a", "gemm"]
