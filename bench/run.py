@@ -12,6 +12,7 @@ comparisons), per layer, tuning time, machine, and the time-to-parity curve
 
     python bench/run.py --models resnet18 --trials-per-task 2 --budget-minutes 3
     python bench/run.py --models resnet50 --input-size 256 --label warm  # on the 224 run's DB
+    python bench/run.py --models yolov8_like,ppocrv5_det --trials-per-task 2  # bench/corpus
     python bench/run.py --compare cold.json warm.json --out bench/reports  # overlay the curves
 """
 
@@ -25,6 +26,7 @@ import pathlib
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import onnx
@@ -50,6 +52,8 @@ from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, fm
 from convtune.tuner.target import make_target, target_threads
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.corpus import ENTRIES as CORPUS
+from bench.corpus import entry as corpus_entry
 from bench.layer_spaces import conv_space_markdown, conv_space_rows
 from bench.zoo import BUILDERS, INPUT_NAME, zoo_model
 
@@ -287,6 +291,18 @@ def resized_model(name: str, size: int | None) -> tuple[str, bytes | pathlib.Pat
     return f"{name}-{size}", model.SerializeToString()
 
 
+def model_source(
+    name: str, size: int | None
+) -> tuple[str, bytes | pathlib.Path, Mapping[str, tuple[int, ...]]]:
+    """(report name, model, pinned input shapes) of a zoo model (resized when ``size`` is given)
+    or of a real-export corpus model (bench/corpus: its dynamic dims pinned as the corpus pins
+    them)."""
+    if name in BUILDERS:
+        return (*resized_model(name, size), {})
+    found = corpus_entry(name)
+    return name, found.load().SerializeToString(), found.input_shapes
+
+
 def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pathlib.Path:
     """``<date>-<model>.json`` (everything) and ``.md`` (the tables); returns the .md path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -361,8 +377,8 @@ def run_isolated(
 
 def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult) -> dict:
     """Tune, bench and profile one zoo model; returns the report (also stored on the artifact)."""
-    name, source = resized_model(name, args.input_size)
-    ingested = load_model(source, name=name)
+    name, source, input_shapes = model_source(name, args.input_size)
+    ingested = load_model(source, input_shapes=input_shapes, name=name)
     target = make_target(args.target)
     threads = target_threads(target, args.threads)
     out_dir = data_dir() / "bench" / name
@@ -481,7 +497,11 @@ def profile_caveats(rows: list[dict[str, Any]]) -> list[str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(BUILDERS), help="Comma-separated zoo names.")
+    parser.add_argument(
+        "--models",
+        default=",".join(BUILDERS),
+        help="Comma-separated zoo or corpus (bench/corpus) names.",
+    )
     parser.add_argument("--trials-per-task", type=int, default=64)
     parser.add_argument(
         "--budget-minutes", type=float, default=None, help="Search budget per model."
@@ -509,9 +529,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Report JSONs whose curves to overlay in one PNG (no tuning).",
     )
     args = parser.parse_args(argv)
-    unknown = [m for m in args.models.split(",") if m not in BUILDERS]
+    corpus = {e.name for e in CORPUS}
+    names = args.models.split(",")
+    unknown = [m for m in names if m not in BUILDERS and m not in corpus]
     if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(BUILDERS)}")
+        parser.error(
+            f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(BUILDERS)}, "
+            f"the corpus {', '.join(sorted(corpus))}"
+        )
+    if args.input_size is not None and any(m not in BUILDERS for m in names):
+        parser.error("--input-size resizes zoo models only: corpus models have pinned shapes")
     args.date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     return args
 
