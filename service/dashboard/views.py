@@ -79,6 +79,35 @@ def artifact_view(artifact: ArtifactRow | None) -> dict[str, Any] | None:
     }
 
 
+def artifact_notes(artifact: ArtifactRow | None) -> dict[str, Any]:
+    """What the job that built ``artifact`` fell back on (one line each: spaces left out of a
+    layer's search, a build without Winograd or records) and its check against onnxruntime
+    (``peer_check``: its line, and the layers of the gap when slower), from the manifest."""
+    manifest = artifact.manifest if artifact is not None and artifact.manifest else {}
+    lines = [str(d.get("message", "")) for d in manifest.get("dropped_spaces") or []]
+    if manifest.get("build_fallback"):
+        lines.append(f"built with {manifest['build_fallback']}")
+    check = manifest.get("peer_check") or None
+    return {"fallbacks": lines, "peer_check": check}
+
+
+def dropped_spaces(session: Session, workload_id: int, model_ids: Sequence[int]) -> list[str]:
+    """The spaces the latest artifact of each model in ``model_ids`` left out of this
+    workload's search, with the reason: "space: reason" lines, each once."""
+    lines: list[str] = []
+    for model_id in sorted(set(model_ids)):
+        artifact = _latest_artifact(session, model_id)
+        manifest = artifact.manifest if artifact is not None and artifact.manifest else {}
+        for layer in manifest.get("layers") or []:
+            if layer.get("workload_id") != workload_id:
+                continue
+            for dropped in layer.get("dropped_spaces") or []:
+                line = f"{dropped.get('space')}: {dropped.get('reason')}"
+                if line not in lines:
+                    lines.append(line)
+    return lines
+
+
 def tune_form() -> dict[str, Any]:
     """Defaults and choices of the model page's Tune form, from the one definition of the options.
 
@@ -223,6 +252,7 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
             "openvino_ms": openvino.get("median_ms") if openvino else None,
             "threads": artifact.bench.get("threads") if artifact and artifact.bench else None,
         },
+        "notes": artifact_notes(artifact),
         "time_split": time_split(rows, artifact),
         "top": top_layers(rows, artifact),
         "convergence": convergence(session, mws, job),
@@ -564,6 +594,7 @@ def layer_detail(
         ],
         "trial_count": len(trials),
         "failed_count": failed,
+        "dropped_spaces": dropped_spaces(session, workload_id, [u.model_id for u in uses]),
         "best_curve": series.as_columns(series.best_so_far(trials)),
         "scatter": series.as_columns(series.thin(trials)),
         "best": _best_view(best_row),

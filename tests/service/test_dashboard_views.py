@@ -270,3 +270,36 @@ def test_job_progress_text() -> None:
     done = JobRow(options={}, started_at=now - timedelta(seconds=90), finished_at=now)
     assert _progress_text(done, 8, 8) == "ran 1:30"
     assert _progress_text(JobRow(options={}), 0, 8) is None
+
+
+def test_the_pages_say_where_the_build_fell_back_and_the_gap_to_onnxruntime(db_engine) -> None:
+    """The model page lists the job's fallbacks (one line each) and its check against
+    onnxruntime; the layer page lists the spaces its search left out."""
+    model_id, workload_id = _seed(db_engine, peak=None)
+    dropped = {
+        "space": "winograd-nchwc", "task": "fused_conv", "task_index": 0,
+        "reason": "The block is only allowed to read a single buffer region",
+        "message": "space winograd-nchwc dropped for task fused_conv: The block is only ...",
+    }  # fmt: skip
+    check = {"ratio": 1.4, "message": "0.020 ms against onnxruntime's 0.014 ms", "gaps": [{}]}
+    with Session(db_engine) as session, session.begin():
+        artifact = session.scalars(select(ArtifactRow)).one()
+        artifact.manifest = {
+            "dropped_spaces": [dropped],
+            "build_fallback": "every conv direct",
+            "peer_check": check,
+            "layers": [
+                {"workload_id": workload_id, "dropped_spaces": [
+                    {"space": dropped["space"], "reason": dropped["reason"]}
+                ]},
+                {"workload_id": workload_id + 1, "dropped_spaces": [
+                    {"space": "generic", "reason": "another layer's"}
+                ]},
+            ],
+        }  # fmt: skip
+    with Session(db_engine) as session:
+        view = layer_page(session, session.get(ModelRow, model_id), None)
+        detail = layer_detail(session, workload_id)
+    assert view["notes"]["fallbacks"] == [dropped["message"], "built with every conv direct"]
+    assert view["notes"]["peer_check"]["ratio"] == 1.4
+    assert detail["dropped_spaces"] == [f"winograd-nchwc: {dropped['reason']}"]
