@@ -34,6 +34,8 @@ from tvm.target import Target
 
 from . import winograd
 from .base import ScheduleSpace, mark_space
+from .epilogue import fusable, inline_into_last
+from .epilogue import reads_once as epilogue_reads_once
 from .nchwc_conv import (
     accumulate_locally,
     block_names,
@@ -229,9 +231,8 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
     _unrolled_at(sch, blocks[names.index(PACK_ROWS_BLOCK)], tile_loop)
 
     # The inverse transform and the fused epilogue: one pass over the output, whole tiles unrolled.
-    epilogue = blocks[names.index(INVERSE_BLOCK) :]
-    for block in reversed(epilogue[1:]):
-        sch.reverse_compute_inline(block)
+    inverse = blocks[names.index(INVERSE_BLOCK)]
+    fuse_epilogue(sch, inverse, blocks[names.index(INVERSE_BLOCK) + 1 :])
     inverse = sch.get_sblock(INVERSE_BLOCK)
     n, co, h, w, cb = sch.get_loops(inverse)
     tile = _tile_of(sch, gemm)
@@ -243,6 +244,25 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
     sch.unroll(w_inner)
     sch.vectorize(cb)
     _unrolled_at(sch, sch.get_sblock(INVERSE_COLS_BLOCK), w_outer)
+
+
+def fuse_epilogue(sch: Schedule, inverse: Any, epilogue: list[Any]) -> None:
+    """The task's elementwise ``epilogue`` computed inline into the ``inverse`` transform, so
+    the output is written once, activated. A chain that reads one region per block (bias,
+    ReLU, residual add) is inlined block by block from the back, as it always was; any other
+    (SiLU's ``x · sigmoid(x)``, HardSwish, Mish, GELU) is first inlined into its last block,
+    which then reads the inverse's output more than once (``epilogue.py``)."""
+    if epilogue_reads_once(sch, epilogue, inverse):
+        for block in reversed(epilogue):
+            sch.reverse_compute_inline(block)
+        return
+    last = inline_into_last(sch, epilogue)
+    if last is not None:
+        sch.reverse_compute_inline(last)
+
+
+def _inline_last(sch: Schedule, inverse: Any, last: Any) -> None:
+    sch.reverse_compute_inline(last)
 
 
 def _unrolled_at(sch: Schedule, block: Any, loop: Any) -> None:
@@ -283,7 +303,7 @@ class WinogradConvSpace(ScheduleSpace):
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        return is_winograd_nchwc(mod)
+        return is_winograd_nchwc(mod) and fusable(mod, INVERSE_BLOCK, _inline_last)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(_design, target)
