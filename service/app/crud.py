@@ -24,6 +24,7 @@ from convtune.db.models import (
     ModelWorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, record_stats
+from convtune.service.progress import NOTICE_EVENTS, notice
 from convtune.tuner.options import task_budget
 
 from .core.errors import ApiError, not_found
@@ -181,6 +182,19 @@ class LayerBudgets:
         return task_budget(row.kind, self.per_task) if self.per_task else None
 
 
+def _job_notes(session: Session, job_id: int) -> dict[str, Any]:
+    """The job's fallback lines (``NOTICE_EVENTS``, in order) and its last ``compared``
+    payload (the check against onnxruntime)."""
+    events = session.execute(
+        select(JobEventRow.kind, JobEventRow.payload)
+        .where(JobEventRow.job_id == job_id, JobEventRow.kind.in_((*NOTICE_EVENTS, "compared")))
+        .order_by(JobEventRow.id)
+    ).all()
+    notes = [line for kind, payload in events if (line := notice(kind, payload)) is not None]
+    compared = [payload for kind, payload in events if kind == "compared"]
+    return {"notes": notes, "peer_check": compared[-1] if compared else None}
+
+
 def job_out(session: Session, job: JobRow) -> JobOut:
     """The job with per-layer progress from ``tuning_records``.
 
@@ -232,6 +246,7 @@ def job_out(session: Session, job: JobRow) -> JobOut:
         trials_done=sum(min(overall.get(w, NO_RECORDS).trials, b) for w, b in budgets.items()),
         trials_budget=sum(budgets.values()),
         progress=progress,
+        **_job_notes(session, job.id),
     )
 
 

@@ -146,6 +146,17 @@ class JobOut(BaseModel):
     trials_done: int
     trials_budget: int
     progress: list[LayerProgress]
+    notes: list[str] = Field(
+        default_factory=list,
+        description="where the job fell back, one line each: a schedule space dropped for a "
+        "layer, a search pass continued in the generic space, a build without Winograd or "
+        "records, a model compiled NCHW",
+    )
+    peer_check: dict[str, Any] | None = Field(
+        default=None,
+        description="the artifact timed against onnxruntime on the job's threads: ms, ort_ms, "
+        "ratio, the layers of any gap and a one-line message",
+    )
 
 
 class ArtifactOut(BaseModel):
