@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint bench serve
+.PHONY: install test test-fast lint bench serve
 
 $(BIN)/convtune: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
 	$(BIN)/python -m pytest -q -x --durations=15 tests
+
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
+	$(BIN)/python -m pytest -q -x --durations=15 -m "not slow" tests
 
 lint: install
 	$(BIN)/ruff check .
