@@ -593,3 +593,15 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def test_compare_accepts_nan_and_inf_where_the_reference_has_them() -> None:
+    """pow/sqrt of negative numbers: NaN on both sides agree; a NaN or inf of ours alone fails."""
+    ref = np.array([1.0, np.nan, np.inf, -np.inf], np.float32)
+    assert compare([ref.copy()], [ref], ["y"], seed=0).passed
+    ours = ref.copy()
+    ours[0] = np.nan
+    assert not compare([ours], [ref], ["y"], seed=0).passed
+    ours = ref.copy()
+    ours[2] = -np.inf
+    assert not compare([ours], [ref], ["y"], seed=0).passed

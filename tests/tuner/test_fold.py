@@ -255,3 +255,24 @@ def test_folding_iterates_until_shapes_downstream_become_static():
     assert [n.name for n in folded.graph.node] == ["flatten", "reshape"]
     np.testing.assert_array_equal(_initializers(folded)["target"], [1, 24])
     _assert_same_outputs(original, folded, models.random_inputs(original))
+
+
+def test_a_folded_graph_output_stays_a_node_output():
+    """A Shape that is itself a graph output folds to an Identity of its value: the frontend
+    would return a shape, which no artifact can give back (ONNX's test_shape crashed)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Relu", ["x"], ["y"]),
+        ],
+        "g",
+        [_vi("x", [2, 3])],
+        [_vi("s", [2], TensorProto.INT64), _vi("y", [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folded = fold_constants(model)
+    producer = next(n for n in folded.graph.node if n.output[0] == "s")
+    assert producer.op_type == "Identity"
+    np.testing.assert_array_equal(_initializers(folded)[producer.input[0]], [2, 3])
+    x = np.ones((2, 3), np.float32)
+    _assert_same_outputs(model, folded, {"x": x})

@@ -1,0 +1,187 @@
+"""The import normalizer (tuner/normalize.py): each rewrite on the idiom it exists for, checked by
+onnxruntime, and the one-line refusal when a rewrite changes a model's outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from convtune.tuner import normalize as nz
+from convtune.tuner.errors import UnsupportedOpError
+from convtune.tuner.ingest import load_model
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, ir_version=8) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in inits],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def _same_under_ort(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    feeds = nz._seeded_feeds(a)
+    reference = nz._ort_run(a, feeds)
+    assert reference is not None
+    return nz._same(reference, nz._ort_run(b, feeds))
+
+
+def test_empty_resize_inputs_become_omitted() -> None:
+    """PyTorch 1.x at opset 11: Resize(x, roi=[], scales=[], sizes)."""
+    model = _model(
+        [
+            helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode="linear"),
+        ],
+        [("x", [1, 2, 4, 4])],
+        [("y", [1, 2, 8, 8])],
+        [
+            ("roi", np.zeros(0, np.float32)),
+            ("scales", np.zeros(0, np.float32)),
+            ("sizes", np.array([1, 2, 8, 8], np.int64)),
+        ],
+        opset=11,
+    )
+    out, applied = nz.normalize(model)
+    resize = next(n for n in out.graph.node if n.op_type == "Resize")
+    assert list(resize.input)[:3] == ["x", "", ""] and "resize" in applied
+    assert _same_under_ort(model, out)
+
+
+def test_old_opset_attribute_forms_are_upgraded() -> None:
+    """Opset-9 Slice/Clip attributes and Upsample become input forms / Resize."""
+    model = _model(
+        [
+            helper.make_node("Slice", ["x"], ["s"], axes=[2, 3], starts=[1, 1], ends=[-1, -1]),
+            helper.make_node("Clip", ["s"], ["c"], min=0.0, max=1.0),
+            helper.make_node("Upsample", ["c", "scales"], ["y"], mode="nearest"),
+        ],
+        [("x", [1, 2, 6, 6])],
+        [("y", [1, 2, 8, 8])],
+        [("scales", np.array([1, 1, 2, 2], np.float32))],
+        opset=9,
+        ir_version=4,
+    )
+    out, applied = nz.normalize(model)
+    assert applied[0] == "opset" and nz._opset(out) == nz.TARGET_OPSET
+    assert "Upsample" not in _ops(out) and "Resize" in _ops(out)
+    slice_node = next(n for n in out.graph.node if n.op_type == "Slice")
+    assert len(slice_node.input) >= 3 and not slice_node.attribute
+    assert _same_under_ort(model, out)
+
+
+def test_legacy_per_channel_prelu() -> None:
+    """Opset 6: a 1-D slope was per channel; from opset 7 it would broadcast to the last axis."""
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    model = _model(
+        [helper.make_node("PRelu", ["x", "slope"], ["y"])],
+        [("x", [2, 3, 4])],
+        [("y", [2, 3, 4])],
+        [("slope", slope)],
+        opset=6,
+        ir_version=3,
+    )
+    model.graph.input.append(helper.make_tensor_value_info("slope", TensorProto.FLOAT, [3]))
+    ingested = load_model(model.SerializeToString())
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    got = nz._ort_run(ingested.model, {"x": x})
+    assert got is not None
+    np.testing.assert_allclose(got[0], np.where(x < 0, x * slope[None, :, None], x), rtol=1e-6)
+
+
+def test_convtranspose_output_shape_becomes_pads() -> None:
+    w = np.random.default_rng(0).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    model = _model(
+        [
+            helper.make_node(
+                "ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_shape=[10, 8]
+            )
+        ],
+        [("x", [1, 1, 3, 3])],
+        [("y", [1, 2, 10, 8])],
+        [("w", w)],
+    )
+    out, applied = nz.normalize(model)
+    conv = next(n for n in out.graph.node if n.op_type == "ConvTranspose")
+    names = {a.name for a in conv.attribute}
+    assert "output_shape" not in names and "pads" in names and applied == ["convtranspose"]
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_is_lowered(p: int) -> None:
+    model = _model(
+        [helper.make_node("LpNormalization", ["x"], ["y"], axis=1, p=p)],
+        [("x", [2, 3, 4])],
+        [("y", [2, 3, 4])],
+    )
+    out, _ = nz.normalize(model)
+    assert "LpNormalization" not in _ops(out)
+    assert _same_under_ort(model, out)
+
+
+def test_resize_at_a_non_integral_scale_keeps_onnx_coordinates() -> None:
+    """0.6 of 4 is 2.4 → 2: TVM would sample with the ratio 2/4, ONNX with 0.6."""
+    model = _model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+        [("x", [1, 1, 4, 4])],
+        [("y", [1, 1, 2, 2])],
+        [("scales", np.array([1, 1, 0.6, 0.6], np.float32))],
+    )
+    out, _ = nz.normalize(model)
+    resize = next(n for n in out.graph.node if n.op_type == "Resize")
+    attrs = {a.name: helper.get_attribute_value(a) for a in resize.attribute}
+    assert attrs["coordinate_transformation_mode"] == b"tf_crop_and_resize"
+    assert _same_under_ort(model, out)
+
+
+def test_maxpool_indices_read_by_the_graph_are_refused_in_one_line() -> None:
+    model = _model(
+        [
+            helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="pool"),
+            helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT),
+        ],
+        [("x", [1, 1, 4, 4])],
+        [("y", [1, 1, 3, 3]), ("f", [1, 1, 3, 3])],
+    )
+    with pytest.raises(UnsupportedOpError, match=r"^MaxPool node 'pool': its Indices") as info:
+        nz.normalize(model)
+    assert "\n" not in str(info.value)
+
+
+def test_unread_maxpool_indices_are_dropped() -> None:
+    model = _model(
+        [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])],
+        [("x", [1, 1, 4, 4])],
+        [("y", [1, 1, 3, 3])],
+    )
+    out, _ = nz.normalize(model)
+    assert list(out.graph.node[0].output) == ["y"]
+
+
+def test_a_rewrite_that_changes_outputs_is_refused_naming_it(monkeypatch) -> None:
+    def wrong(model: onnx.ModelProto) -> onnx.ModelProto:
+        out = nz._copy(model)
+        out.graph.node[0].op_type = "Sigmoid"
+        return out
+
+    monkeypatch.setattr(nz, "_REWRITES", (("opset", nz._upgrade_opset), ("broken", wrong)))
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])])
+    with pytest.raises(UnsupportedOpError, match="the import rewrite 'broken' changes"):
+        nz.normalize(model)
+
+
+def test_a_model_in_the_target_forms_is_left_alone() -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])])
+    out, applied = nz.normalize(model)
+    assert applied == [] and out is model
