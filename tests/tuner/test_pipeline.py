@@ -86,7 +86,9 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
     # Searched in order of expected gain, Winograd alternatives after every other task.
     order = [("winograd" in row["task"], -row["gain_ms"]) for row in planned["allocation"]]
     assert order == sorted(order) and order[-1][0]
-    assert [kind for kind, _ in seen][-2:] == ["verified", "done"]
+    assert [kind for kind, _ in seen][-3:] == ["verified", "compared", "done"]
+    compared = seen[-2][1]
+    assert compared["ms"] > 0 and compared["ort_ms"] > 0 and compared == manifest["peer_check"]
 
     # Side by side in one process, same threads: tuned vs TVM's unscheduled loops.
     threads = manifest["threads"]
