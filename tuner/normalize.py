@@ -136,12 +136,12 @@ def _upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto | None:
 class _Graph:
     """The main graph's constants and static shapes, and a way to add constants."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, infer: bool = True) -> None:
         self.model = model
         self.graph = model.graph
         self.inits = {t.name: t for t in model.graph.initializer}
         try:
-            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True) if infer else model
         except Exception:
             inferred = model
         self.shapes: dict[str, tuple[int, ...]] = {}
@@ -717,6 +717,110 @@ def _empty_list_attrs(model: onnx.ModelProto) -> onnx.ModelProto | None:
     return out
 
 
+_UNARY = frozenset(
+    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "HardSigmoid", "HardSwish", "Neg", "Abs"}
+    | {"Exp", "Sqrt", "Identity", "Softplus", "Selu", "Clip"}
+)
+_BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
+_MAX_SINKS = 256
+
+
+def _sink_transposes(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """tf2onnx's NHWC idiom, ``Conv → Transpose(to NHWC) → bias Add → Relu → Transpose(to NCHW)
+    → Conv``, with the Transposes pushed down through elementwise ops (a constant operand
+    transposed to match) until they meet their inverse and both go: one layout transform per
+    boundary instead of two per conv (issue #35 item 5)."""
+    if not any(n.op_type == "Transpose" for n in model.graph.node):
+        return None
+    out = _copy(model)
+    changed = False
+    for _ in range(_MAX_SINKS):
+        if not _sink_one(out):
+            break
+        changed = True
+    return out if changed else None
+
+
+def _sink_one(model: onnx.ModelProto) -> bool:
+    """One step: cancel an inverse Transpose pair or swap a Transpose with its only consumer."""
+    g = _Graph(model, infer=False)
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for t in graph.node:
+        if t.op_type != "Transpose" or t.output[0] in outputs:
+            continue
+        perm = list(_attrs(t).get("perm", []))
+        users = consumers.get(t.output[0], [])
+        if not perm or len(users) != 1:
+            continue
+        user = users[0]
+        if user.op_type == "Transpose":
+            inner = list(_attrs(user).get("perm", []))
+            if len(inner) != len(perm) or [perm[i] for i in inner] != list(range(len(perm))):
+                continue
+            if user.output[0] in outputs:
+                continue  # the pair's output is a graph output: an Identity would keep it
+            for node in graph.node:
+                node.input[:] = [t.input[0] if n == user.output[0] else n for n in node.input]
+            _remove(graph, [t, user])
+            return True
+        if not _swappable(g, user, t.output[0], len(perm)):
+            continue
+        inverse = list(np.argsort(perm))
+        for i, name in enumerate(user.input):
+            if name == t.output[0]:
+                user.input[i] = t.input[0]
+            elif i > 0 and user.op_type in _BINARY:
+                value = g.const(name)
+                assert value is not None
+                full = value.reshape((1,) * (len(perm) - value.ndim) + value.shape)
+                user.input[i] = g.add_const(
+                    f"{name}_t", np.ascontiguousarray(full.transpose(inverse))
+                )
+        moved = g.fresh(f"{user.output[0]}_pre")
+        final = user.output[0]
+        user.output[0] = moved
+        t.input[0] = moved
+        t.output[0] = final
+        nodes = [n for n in graph.node if n is not t]
+        at = next(i for i, n in enumerate(nodes) if n is user)
+        nodes.insert(at + 1, t)
+        del graph.node[:]
+        graph.node.extend(nodes)
+        _drop_value_info(graph)
+        return True
+    return False
+
+
+def _swappable(g: _Graph, node: onnx.NodeProto, x: str, rank: int) -> bool:
+    if node.domain not in _ONNX or len(node.output) != 1:
+        return False
+    if node.op_type in _UNARY:
+        # Clip's bounds are scalars; every other input must be the transposed tensor itself.
+        return node.input[0] == x and all(
+            g.const(n) is not None and g.const(n).size == 1 for n in node.input[1:] if n
+        )
+    if node.op_type in _BINARY and node.input[0] == x and len(node.input) == 2:
+        other = g.const(node.input[1])
+        return other is not None and other.ndim <= rank and node.input[1] != x
+    return False
+
+
+def _remove(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
+    kept = [n for n in graph.node if all(n is not r for r in nodes)]
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def _drop_value_info(graph: onnx.GraphProto) -> None:
+    """Inferred shapes go stale when a Transpose moves; fold.py infers them again."""
+    del graph.value_info[:]
+
+
 def _legacy_prelu(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """Before opset 7, PRelu's 1-D slope was per channel (axis 1); from 7 it broadcasts
     numpy-style (to the last axis). Reshaped to (C, 1, ...) before the opset upgrade."""
@@ -751,6 +855,7 @@ _REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]]
     ("tile", _tile),
     ("empty-attrs", _empty_list_attrs),
     ("concat-empty", _concat_empty),
+    ("transposes", _sink_transposes),
 )
 
 

@@ -185,3 +185,29 @@ def test_a_model_in_the_target_forms_is_left_alone() -> None:
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])])
     out, applied = nz.normalize(model)
     assert applied == [] and out is model
+
+
+def test_tf2onnx_transposes_around_convs_cancel() -> None:
+    """NHWC in, a Transpose to NCHW and back around each conv, bias Add and Relu in NHWC:
+    only the Transposes at the boundaries remain."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(3):
+        nodes += [
+            helper.make_node("Transpose", [x], [f"t{i}"], perm=[0, 3, 1, 2]),
+            helper.make_node("Conv", [f"t{i}", f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+            helper.make_node("Transpose", [f"c{i}"], [f"n{i}"], perm=[0, 2, 3, 1]),
+            helper.make_node("Add", [f"n{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+        ]
+        inits += [
+            (f"w{i}", rng.standard_normal((4, 4, 3, 3)).astype(np.float32)),
+            (f"b{i}", rng.standard_normal(4).astype(np.float32)),
+        ]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    model = _model(nodes, [("x", [1, 8, 8, 4])], [("y", [1, 8, 8, 4])], inits, opset=13)
+    out, applied = nz.normalize(model)
+    assert "transposes" in applied
+    assert _ops(out).count("Transpose") == 2
+    assert _same_under_ort(model, out)
