@@ -801,9 +801,8 @@ def _swappable(g: _Graph, node: onnx.NodeProto, x: str, rank: int) -> bool:
         return False
     if node.op_type in _UNARY:
         # Clip's bounds are scalars; every other input must be the transposed tensor itself.
-        return node.input[0] == x and all(
-            g.const(n) is not None and g.const(n).size == 1 for n in node.input[1:] if n
-        )
+        bounds = [g.const(n) for n in node.input[1:] if n]
+        return node.input[0] == x and all(b is not None and b.size == 1 for b in bounds)
     if node.op_type in _BINARY and node.input[0] == x and len(node.input) == 2:
         other = g.const(node.input[1])
         return other is not None and other.ndim <= rank and node.input[1] != x
