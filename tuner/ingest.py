@@ -5,7 +5,8 @@ line naming the offending thing, anything convtune cannot tune: bytes that are n
 fail ``onnx.checker``, external-data tensors (their paths point at the uploader's disk and are never
 opened), non-float32 inputs and float16/bfloat16/float8/complex/string tensors, ops TVM's ONNX
 frontend cannot convert, dynamic input dims that were not pinned, and inputs larger than
-``MAX_INPUT_ELEMENTS``. What it returns has pinned input shapes, folded shape subgraphs
+``MAX_INPUT_ELEMENTS``. What it returns has pinned input shapes, old opsets and exporter idioms
+normalized (``tuner/normalize.py``, checked by onnxruntime), folded shape subgraphs
 (``tuner/fold.py``) and inferred static shapes everywhere.
 """
 
