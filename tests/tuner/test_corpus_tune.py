@@ -10,7 +10,7 @@ dropped no space, needed no build or layout fallback, and given no non-conv task
 pooling, elementwise) a record slower than :data:`NON_CONV_MS`: at 64 px such a task runs in
 microseconds, so anything near a millisecond is a schedule that recomputes a reduction per
 element. The built graphs have a budget (their ~40-100 tasks would not all get a trial in minutes
-on two cores); the MTCNN nets are small enough for every task to get its trials, Softmax too.
+on two cores); the MTCNN nets are small enough for every task to get its trial, Softmax too.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ BUILT_BUDGET_MINUTES = 0.5
 #: name → (trials per task, budget minutes or None for every task's trials).
 RUNS: dict[str, tuple[int, float | None]] = {
     **{e.name: (1, BUILT_BUDGET_MINUTES) for e in built.ENTRIES},
-    "mtcnn_pnet": (2, None),
-    "mtcnn_rnet": (2, None),
+    "mtcnn_pnet": (1, None),
+    "mtcnn_rnet": (1, None),
 }
 NON_CONV_MS = 1.0
 
