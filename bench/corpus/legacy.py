@@ -10,8 +10,9 @@ written node by node the way the exporters wrote them (issue #35):
   Constant ``roi``/``scales``, ``pytorch_half_pixel`` coordinates;
 - ``face_det_opset9``: a CenterFace-like anchor-free face detector at opset 9, IR 3 (every
   initializer also a graph input): MobileNetV2 inverted residuals with ReLU6 as attribute-form
-  ``Clip``, a ConvTranspose neck each followed by a standalone BatchNormalization, a per-channel
-  PReLU (``nn.PReLU(C)``), and heatmap, scale, offset and landmark heads;
+  ``Clip``, a ConvTranspose neck each followed by a standalone BatchNormalization, a nearest
+  ``Upsample`` FPN skip, a per-channel PReLU (``nn.PReLU(C)``), and heatmap, scale, offset and
+  landmark heads;
 - ``sr_x2_opset9``: a ×2 super-resolution net at opset 9: unpadded 3×3 convs with LeakyRelu,
   skip connections cropped by attribute-form ``Slice``, squeeze-excitation, a ConvTranspose with
   pads (3) larger than its stride (2), an ``Upsample`` of the input as global residual, and an
@@ -247,7 +248,9 @@ def face_det_opset9() -> onnx.ModelProto:
     lat = g.conv(c2, 24, 32, k=(1, 1), bias=False)
     n2 = g.op("Add", [_up(g, c3, 32), lat])[0]  # 16
     lat1 = g.conv(c1, 16, 32, k=(1, 1), bias=False)
-    n1 = g.op("Add", [_up(g, n2, 32), lat1])[0]  # 32
+    # FPN skip by F.interpolate(scale_factor=2): opset 9 writes Upsample with Constant scales
+    skip = g.op("Upsample", [n2, g.const([1.0, 1.0, 2.0, 2.0], dtype=np.float32)], mode="nearest")
+    n1 = g.op("Add", [g.op("Add", [_up(g, n2, 32), lat1])[0], skip[0]])[0]  # 32
     # nn.PReLU(16): one slope per channel, stored (C, 1, 1)
     slope = g.weight((0.25 + 0.05 * g.rng.standard_normal((16, 1, 1))).astype(np.float32))
     feat = g.op("PRelu", [g.bn(g.conv(n1, 32, 16, bias=False), 16), slope])[0]
@@ -359,7 +362,7 @@ def _entries() -> tuple[Entry, ...]:
             source="built",
             load=face_det_opset9,
             about="CenterFace-like, opset 9, IR 3: MobileNetV2 with Clip ReLU6, ConvTranspose "
-            "neck with standalone BatchNorm, per-channel PReLU, initializers as graph inputs",
+            "neck with standalone BatchNorm, Upsample skip, per-channel PReLU, weights as inputs",
         ),
         Entry(
             "sr_x2_opset9",
