@@ -14,7 +14,9 @@ weights, narrow channels and 64-96 px inputs so that a test can tune every task:
   (1×1 lateral convs, Resize + Add, 3×3 outputs, Resize + Concat) and the DB head (Conv + BN +
   ReLU + ConvTranspose + BN + ReLU + ConvTranspose + Sigmoid);
 - ``unet_small``: a U-Net: double 3×3 conv blocks, MaxPool down, up by ConvTranspose and by
-  bilinear Resize + 1×1 conv, Concat skips, a 2-class 1×1 head.
+  bilinear Resize + 1×1 conv, Concat skips, a 2-class 1×1 head;
+- ``mobilenet_softmax``: a depthwise-separable classifier whose export keeps its 1×1000 Softmax
+  after the Gemm (the classifier head of the onnx wheel's light models, at tunable size).
 """
 
 from __future__ import annotations
@@ -421,6 +423,33 @@ def unet_small(size: int = 64, base: int = 8, classes: int = 2) -> onnx.ModelPro
     return g.model({"input": (1, 3, size, size)}, {"logits": g.conv(d1, base, classes)})
 
 
+# A classifier ending in Softmax --------------------------------------------------------------
+
+
+def _relu6(g: Graph, x: str) -> str:
+    """``nn.ReLU6`` at opset 11+: Clip with min and max as inputs."""
+    lo = g.const(np.array(0.0, dtype=np.float32), "min")
+    hi = g.const(np.array(6.0, dtype=np.float32), "max")
+    return g.op1("Clip", [x, lo, hi])
+
+
+def mobilenet_softmax(size: int = 64, classes: int = 1000) -> onnx.ModelProto:
+    """A MobileNetV2-ish classifier whose export keeps the Softmax (as Caffe2, Keras and
+    ``nn.Sequential(..., nn.Softmax(1))`` exports do): depthwise-separable blocks with ReLU6,
+    GlobalAveragePool, Flatten, a 1000-class Gemm and a 1×1000 Softmax."""
+    g = Graph("main_graph")
+    x = _relu6(g, g.conv("input", 3, 16, 3, 2))
+    for cin, cout, s in ((16, 24, 2), (24, 32, 2), (32, 64, 2)):
+        x = _relu6(g, g.conv(x, cin, cin, 3, s, g=cin))
+        x = g.conv(x, cin, cout)
+    x = _relu6(g, g.conv(x, 64, 128))
+    x = g.op1("Flatten", [g.op1("GlobalAveragePool", [x])], axis=1)
+    w = g.const(g.weight((classes, 128), 1.5), "fc.weight")
+    b = g.const(g.rng.uniform(-0.1, 0.1, classes).astype(np.float32), "fc.bias")
+    logits = g.op1("Gemm", [x, w, b], alpha=1.0, beta=1.0, transB=1)
+    return g.model({"input": (1, 3, size, size)}, {"probs": g.op1("Softmax", [logits], axis=1)})
+
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(
         "yolov8_like",
@@ -453,5 +482,13 @@ ENTRIES: tuple[Entry, ...] = (
         {},
         "U-Net at 64 px: 3×3 double convs, MaxPool, ConvTranspose and bilinear Resize up, "
         "Concat skips",
+    ),
+    Entry(
+        "mobilenet_softmax",
+        "built",
+        mobilenet_softmax,
+        {},
+        "MobileNetV2-ish classifier at 64 px: ReLU6 as Clip, depthwise convs, "
+        "GlobalAveragePool, Flatten, 1000-class Gemm, 1×1000 Softmax",
     ),
 )

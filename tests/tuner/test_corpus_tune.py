@@ -1,16 +1,18 @@
 """The real-export corpus through ``tune_model`` with the default algorithms and layout.
 
 Every export-shaped graph of bench/corpus/built.py (YOLOv8 with SiLU and a DFL Softmax, YOLOv5
-with a 12-channel Focus stem, a DB text detector with ConvTranspose heads, a U-Net) and the two
-smallest wheel-shipped models (MTCNN's P-Net and R-Net: keras2onnx NHWC, PRelu, Softmax).
+with a 12-channel Focus stem, a DB text detector with ConvTranspose heads, a U-Net, a classifier
+ending in a 1×1000 Softmax) and the two smallest wheel-shipped models (MTCNN's P-Net and R-Net:
+keras2onnx NHWC, PRelu, Softmax).
 
 A passing verification is not enough: the pipeline contains failures (a space that cannot
 schedule a task is dropped for it, a build that fails falls back), so each run must also have
 dropped no space, needed no build or layout fallback, and given no non-conv task (Softmax,
 pooling, elementwise) a record slower than :data:`NON_CONV_MS`: at 64 px such a task runs in
 microseconds, so anything near a millisecond is a schedule that recomputes a reduction per
-element. The built graphs have a budget (their ~40-100 tasks would not all get a trial in minutes
-on two cores); the MTCNN nets are small enough for every task to get its trial, Softmax too.
+element. The larger built graphs have a budget (their ~40-100 tasks would not all get a trial in
+minutes on two cores); the classifier and the MTCNN nets are small enough for every task to get
+its trial, each Softmax too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ BUILT_BUDGET_MINUTES = 0.5
 #: name → (trials per task, budget minutes or None for every task's trials).
 RUNS: dict[str, tuple[int, float | None]] = {
     **{e.name: (1, BUILT_BUDGET_MINUTES) for e in built.ENTRIES},
+    # Few tasks: every one gets its trial, the 1×1000 Softmax after the Gemm too.
+    "mobilenet_softmax": (1, None),
     "mtcnn_pnet": (1, None),
     "mtcnn_rnet": (1, None),
 }
