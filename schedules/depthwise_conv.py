@@ -48,6 +48,7 @@ from .nchwc_conv import (
     block_names,
     conv_and_epilogue,
     epilogue_at,
+    epilogue_fuses,
     padding_sketches,
     register_block_space,
     schedule_prologue,
@@ -199,7 +200,7 @@ class DepthwiseConvSpace(ScheduleSpace):
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        return is_blocked_depthwise(mod)
+        return is_blocked_depthwise(mod) and epilogue_fuses(mod, DEPTHWISE_BLOCK)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(depthwise_sketches, target)

@@ -29,6 +29,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 
 from .base import ScheduleSpace, mark_space
+from .epilogue import fusable, inline_into_last
 from .isa import ACCUMULATORS, accumulator_limit
 
 CONV_BLOCK = "conv2d_NCHWc"
@@ -56,12 +57,22 @@ def conv_and_epilogue(
     names = [sch.get(b).name_hint for b in blocks]
     conv = blocks[names.index(conv_block)]
     mark_space(sch, conv, space)
-    # The elementwise epilogue (bias, BN, ReLU, residual add) becomes one block after the conv.
-    epilogue = blocks[names.index(conv_block) + 1 :]
-    for block in epilogue[:-1]:
-        sch.compute_inline(block)
-    output = epilogue[-1] if epilogue else None
+    # The elementwise epilogue (bias, BN, ReLU, residual add, SiLU) becomes one block after
+    # the conv (epilogue.py); epilogue_at computes it under the register block's loop.
+    output = inline_into_last(sch, list(blocks[names.index(conv_block) + 1 :]))
     return conv, output, list(blocks[: names.index(conv_block)])
+
+
+def epilogue_fuses(mod: IRModule, conv_block: str = CONV_BLOCK) -> bool:
+    """Whether the elementwise epilogue after the task's ``conv_block`` fuses as
+    :func:`conv_and_epilogue` and :func:`epilogue_at` fuse it, tried on a scratch schedule: a
+    space declines a task whose epilogue does not (none of a real model's so far: bias, ReLU,
+    ReLU6, SiLU, HardSwish, Mish, GELU, LeakyRelu, PRelu, gates, residual adds all do)."""
+    return fusable(mod, conv_block, _at_outer_loop)
+
+
+def _at_outer_loop(sch: Schedule, conv: SBlockRV, output: SBlockRV) -> None:
+    sch.reverse_compute_at(output, sch.get_loops(conv)[0], preserve_unit_loops=True)
 
 
 def schedule_blocked_conv(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> None:
@@ -197,7 +208,7 @@ class RegisterBlockedConvSpace(ScheduleSpace):
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        return is_blocked_conv(mod)
+        return is_blocked_conv(mod) and epilogue_fuses(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(schedule_blocked_conv, target)

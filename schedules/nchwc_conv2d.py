@@ -54,6 +54,7 @@ from .nchwc_conv import (
     conv_and_epilogue,
     design_copies,
     epilogue_at,
+    epilogue_fuses,
     input_channel_block,
     parallel_vectorize,
     register_block_space,
@@ -182,7 +183,11 @@ class RegisterBlock2DConvSpace(ScheduleSpace):
 
     def applies_to(self, mod: IRModule) -> bool:
         extents = conv_extents(mod)
-        return extents is not None and bool(register_blocks(extents["oc_chunk"], extents["oh"]))
+        return (
+            extents is not None
+            and bool(register_blocks(extents["oc_chunk"], extents["oh"]))
+            and epilogue_fuses(mod)
+        )
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(design_spaces, target)

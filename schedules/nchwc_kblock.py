@@ -51,6 +51,7 @@ from .nchwc_conv import (
     conv_and_epilogue,
     design_copies,
     epilogue_at,
+    epilogue_fuses,
     input_channel_block,
     parallel_vectorize,
     register_block_space,
@@ -145,7 +146,7 @@ class ReductionBlockedConvSpace(ScheduleSpace):
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        return input_blocks(mod) >= MIN_INPUT_BLOCKS
+        return input_blocks(mod) >= MIN_INPUT_BLOCKS and epilogue_fuses(mod)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(design_spaces, target)

@@ -37,6 +37,7 @@ from .nchwc_conv import (
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
     design_copies,
+    epilogue_fuses,
     register_block_space,
 )
 from .nchwc_conv2d import OC_BLOCKS, ORDERS, RegisterBlock, schedule_register_block
@@ -177,7 +178,7 @@ class StemConvSpace(ScheduleSpace):
     seed_trials: ClassVar[int] = 8
 
     def applies_to(self, mod: IRModule) -> bool:
-        return _stem_loops(mod) is not None
+        return _stem_loops(mod) is not None and epilogue_fuses(mod, STEM_BLOCK)
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(design_spaces, target)

@@ -39,13 +39,14 @@ import onnx
 import pytest
 import tvm
 from onnx import helper
-from tvm import s_tir
+from tvm import s_tir, te, topi
 from tvm.ir import IRModule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from convtune.schedules import winograd
+from convtune.schedules import nchwc_conv, winograd, winograd_nchwc
+from convtune.schedules.generic import GenericSpace
 from convtune.schedules.lowering import use_convtune_lowering
 from convtune.schedules.registry import SPACES
 from convtune.tuner.extract import ModelTask, extract_tasks
@@ -289,13 +290,14 @@ def to_run(kind: str, epilogue: str, count: int, tasks: int) -> list[tuple[int, 
     ``count`` designs per task on the case's ``tasks`` tasks (two for Winograd: one per tile).
 
     The design indices are dealt round-robin over the epilogues of the case's family, starting
-    at another epilogue for each conv kind, so every design index runs once per (space, conv
-    kind, family) and each case runs at least one; the tasks of a case take turns."""
+    at another epilogue for each conv kind: every design index runs once per (space, conv kind,
+    family), and across the conv kinds every epilogue runs under the spaces of several; the
+    tasks of a case take turns."""
     family = EPILOGUES[epilogue].family
     members = [name for name, e in EPILOGUES.items() if e.family == family]
     index, size = members.index(epilogue), len(members)
     shift = list(CONVS).index(kind)
-    chosen = [d for d in range(count) if (d + shift) % size == index] or [(index + shift) % count]
+    chosen = [d for d in range(count) if (d + shift) % size == index]
     return [(turn % tasks, design) for turn, design in enumerate(chosen)]
 
 
@@ -374,3 +376,35 @@ def test_every_space_schedules_the_epilogue(kind: str, epilogue: str) -> None:
                 name = conv_tasks(kind)[position].name
                 failures.append(f"{space_name} on {name}: design {index}: {first_line(exc)}")
     assert not failures, "\n".join(failures)
+
+
+def two_output_epilogue(inputs: list[te.Tensor], kernel: te.Tensor) -> IRModule:
+    """``kernel`` (a conv's output) → ReLU → +1, both results outputs of the task: the ReLU
+    cannot be inlined into the add (no real model's task has had this shape)."""
+    relu = topi.nn.relu(kernel)
+    plus = topi.add(relu, tvm.tirx.const(1.0, "float32"))
+    return IRModule({"main": te.create_prim_func([*inputs, relu, plus])})
+
+
+def test_a_space_declines_an_epilogue_it_cannot_fuse() -> None:
+    """The spaces say so in ``applies_to`` rather than raise while MetaSchedule generates their
+    designs; an epilogue they can fuse keeps them applying."""
+    data = te.placeholder((1, 1, 6, 6, 16), name="data")
+    weight = te.placeholder((2, 1, 3, 3, 16, 16), name="weight")
+    with make_target(None):  # TOPI's conv2d_NCHWc asks for one
+        conv = topi.nn.conv2d_NCHWc(
+            data, weight, (1, 1), (1, 1), (1, 1), "NCHW16c", "NCHW16c", "float32"
+        )
+    mod = two_output_epilogue([data, weight], conv)
+    assert nchwc_conv.is_blocked_conv(mod)
+    with pytest.raises(Exception, match="output"):
+        nchwc_conv.schedule_blocked_conv(s_tir.Schedule(mod))
+    assert [s.name for s in SPACES if s.applies_to(mod)] == [GenericSpace.name]
+
+    packed = te.placeholder((6, 6, 2, 16, 16), name="packed")
+    inverse = winograd_nchwc.conv2d_winograd_nchwc(data, packed, (1, 1, 1, 1), 4, "float32")
+    mod = two_output_epilogue([data, packed], inverse)
+    assert winograd_nchwc.is_winograd_nchwc(mod)
+    assert not any(s.applies_to(mod) for s in SPACES)
+    fused = IRModule({"main": te.create_prim_func([data, packed, topi.nn.relu(inverse)])})
+    assert [s.name for s in SPACES if s.applies_to(fused)] == [winograd_nchwc.SPACE_NAME]
