@@ -558,6 +558,22 @@ def write_doc(results: dict[str, Outcome], seconds: float) -> str:
     }
     for kind in KINDS:
         lines.append(f"| {labels[kind]} | {counts.get(kind, 0)} |")
+    lines += [
+        "",
+        "Before #35 (main at ef70453, the same harness, with LayerNormalization and",
+        "GroupNormalization then in the op set: 1353 cases): 980 pass, 223 refused by dtype,",
+        "79 other refusals (25 of them zero-size inputs or no input), 27 crashes, 44 wrong",
+        "(19 of those LayerNormalization's training-only Mean/InvStdDev outputs). The",
+        "normalizer's target opset, measured over these cases: 11, 13, 17 and 18 pass alike",
+        "(1070), and the legacy corpus imports at 17, which is kept.",
+    ]
+    by_ort = sorted(n for n in results if "[ort]" in n)
+    if by_ort:
+        lines += [
+            "",
+            "Compared with onnxruntime's outputs, which convtune verifies against, where they",
+            "differ from the case's expected ones: " + ", ".join(f"`{n}`" for n in by_ort) + ".",
+        ]
     others = [(n, o) for n, o in sorted(results.items()) if o.kind not in ("pass", "refused_dtype")]
     if others:
         lines += ["", "Every case not passing, other than by dtype:", ""]
