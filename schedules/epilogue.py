@@ -5,15 +5,16 @@ Fusion puts every epilogue block after the kernel's block into one: each block b
 computed inline into its consumers, so one block remains, reading the kernel's output (once, or
 more than once for ``x · sigmoid(x)``, HardSwish, Mish, GELU, LeakyRelu) and the task's other
 inputs (bias, residual, gate). The direct-conv spaces compute that block under a loop of the
-kernel's register block (``nchwc_conv.epilogue_at``); the Winograd space computes it inline
-into the inverse transform (``winograd_nchwc.py``).
+kernel's register block (``nchwc_conv.epilogue_at``), the Winograd space under its output
+tile loop (``winograd_nchwc.fuse_epilogue``).
 
 A chain in which each block reads one region of what the block before it wrote (bias, ReLU,
-ReLU6, residual add) can also be inlined the other way, each block into its producer, back to
-front: the Winograd space's schedule of those epilogues, kept as it is. A block reading its
-producer twice (``x · sigmoid(x)`` reads the bias add and the sigmoid of it) cannot:
-``reverse_compute_inline`` accepts a single read region, so YOLO's 3×3 + SiLU crashed the
-Winograd space until the chain was first inlined into its last block.
+ReLU6, LeakyRelu, residual add) can also be inlined the other way, each block into its
+producer, back to front (:func:`reads_once`): the Winograd space's schedule of those epilogues,
+kept as it is. A block reading two of them (``x · sigmoid(x)`` reads the bias add and the
+sigmoid of it) cannot: ``reverse_compute_inline`` accepts a single read region, and YOLO's
+3×3 + SiLU crashed the Winograd space ("The block is only allowed to read a single buffer
+region, but it reads 2 region(s)") until such a chain was inlined into its last block first.
 
 :func:`fusable` tries the fusion on a scratch schedule, so a space declines in ``applies_to``
 what it could not fuse instead of raising while MetaSchedule generates its designs.
