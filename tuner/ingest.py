@@ -332,6 +332,12 @@ def _pin_input_shapes(
         shape.ClearField("dim")
         for value in shapes[vi.name]:
             shape.dim.add().dim_value = value
+    # An exporter's -1 elsewhere (outputs, value_info) would contradict the pinned sizes in
+    # shape inference: it is a dynamic size there too, left for inference to fill.
+    for vi in [*pinned.graph.output, *pinned.graph.value_info]:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.ClearField("dim_value")
     return pinned
 
 
@@ -352,7 +358,8 @@ def _check_override(
         )
     bound: dict[str, int] = {}
     for axis, (dim, value) in enumerate(zip(declared, dims, strict=True)):
-        if dim.HasField("dim_value") and dim.dim_value != value:
+        # A negative size is an exporter's "dynamic" (PaddleOCR's -1): any override fits it.
+        if _fixed(dim) and dim.dim_value != value:
             raise InvalidModelError(
                 f"{flag} conflicts with input {_q(vi.name)} shape {_shape_text(vi)} at dim "
                 f"{axis} ({value} != {dim.dim_value})"
@@ -360,6 +367,11 @@ def _check_override(
         if dim.HasField("dim_param"):
             bound[dim.dim_param] = value
     return bound
+
+
+def _fixed(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether ``dim`` is a static size (a symbol, an empty dim and -1 are all dynamic)."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
 
 
 def _static_or_raise(
@@ -377,7 +389,7 @@ def _static_or_raise(
             dims.append(dim.dim_value)
         elif dim.HasField("dim_param") and dim.dim_param in symbols:
             dims.append(symbols[dim.dim_param])
-        elif dim.HasField("dim_value"):
+        elif dim.HasField("dim_value") and dim.dim_value == 0:
             raise InvalidModelError(
                 f"input {_q(vi.name)} has a zero-size dimension (shape {_shape_text(vi)})"
             )
@@ -387,11 +399,11 @@ def _static_or_raise(
             unknown = [
                 d.dim_param or "?"
                 for axis, d in enumerate(tensor_type.shape.dim)
-                if axis and not d.HasField("dim_value") and d.dim_param not in symbols
+                if axis and not _fixed(d) and d.dim_param not in symbols
             ]
             suggestion = ",".join(
                 str(d.dim_value)
-                if d.HasField("dim_value")
+                if _fixed(d)
                 else str(symbols[d.dim_param])
                 if d.dim_param in symbols
                 else "1"

@@ -25,12 +25,7 @@ from convtune.tuner.ingest import load_model
 #: carry 60-140 M seeded fc weights through constant folding): tested with the slow tests.
 HEAVY = {"light_bvlc_alexnet", "light_zfnet512", "light_vgg19"}
 #: Known failures, each with its reason; strict, so a fix turns them into a failure to update.
-KNOWN: dict[str, str] = {
-    "rapidocr_cls_mobile_v2": (
-        "ingest treats PaddlePaddle's dim_value -1 as a fixed dim: "
-        "--input-shape x=1,3,48,192 conflicts with input 'x' shape [-1,3,?,?]"
-    ),
-}
+KNOWN: dict[str, str] = {}
 
 
 def _params() -> list[Any]:

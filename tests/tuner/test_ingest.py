@@ -490,3 +490,16 @@ def test_every_ingested_library_model_converts_with_the_tvm_frontend(builder):
     assert int(main.attrs["num_input"]) == len(ingested.inputs)
     # Static output shapes all the way through: what MetaSchedule task extraction needs.
     assert tuple(int(d) for d in main.ret_ty.shape.values) == ingested.outputs[0].shape
+
+
+def test_a_negative_dim_is_dynamic_and_takes_an_override():
+    """PaddlePaddle exports write -1 for a dynamic size (rapidocr's cls model): an override
+    pins it, and without one the error asks for it like for a named symbol."""
+    model = models.conv_net(in_channels=3, out_channels=4, size=8)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = -1
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = -1
+    ingested = load_model(models.to_bytes(model), input_shapes={"x": (1, 3, 8, 8)})
+    assert ingested.inputs[0].shape == (1, 3, 8, 8)
+    with refused(InvalidModelError, "dynamic dimension"):
+        load_model(models.to_bytes(model))
