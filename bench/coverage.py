@@ -77,7 +77,7 @@ def cover_model(
     """One model through ingest → extract → tune → verify → bench; never raises."""
     from convtune.tuner.bench import ORT, TUNED, bench_model
     from convtune.tuner.errors import ConvtuneError
-    from convtune.tuner.ingest import load_model
+    from convtune.tuner.graph.ingest import load_model
     from convtune.tuner.options import TuneOptions
     from convtune.tuner.pipeline import tune_model
     from convtune.tuner.target import make_target, target_threads

@@ -26,12 +26,12 @@ from tvm.target import Target
 from bench.spaces import describe, save_report, single_conv, unique_convs
 from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace
 from convtune.schedules.registry import applicable
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
-from convtune.tuner.reference import ort_session
-from convtune.tuner.runtime import set_threads
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.reference import ort_session
+from convtune.tuner.measure.runtime import set_threads
+from convtune.tuner.measure.verify import random_feeds
 from convtune.tuner.target import make_target, physical_cores
-from convtune.tuner.verify import random_feeds
 
 
 def space_schedules(space: ScheduleSpace, mod: IRModule, seed: int, target: Target) -> list:

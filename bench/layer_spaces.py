@@ -11,7 +11,8 @@ measured trial of each direct space, and of each Winograd tile whose task covers
 (``ModelTask.convs``), in ms per call, as the tuner measured them (kernel alone, timed under
 ``db.models.CURRENT_TIMING``: weights flushed from the caches before each run). ``confirmed`` is
 the fastest figure of the conv's kernels re-measured side by side before the build
-(``tuner/confirm.py``), where a confirmation counts. ``built`` is the chosen kernel inside the
+(``tuner/search/confirm.py``), where a confirmation counts. ``built`` is the chosen kernel inside
+the
 model (``convtune profile``), ``onnxruntime`` its Conv node by its own profiler, both per call.
 """
 
@@ -47,7 +48,7 @@ def _best_by_space(session: Session, workload_ids: list[int]) -> dict[int, dict[
 
 
 def _confirmed_ms(session: Session, workload_ids: list[int]) -> dict[int, float]:
-    """Per workload, the confirmed figure the build takes (ms, ``tuner/confirm.py``), where a
+    """Per workload, the confirmed figure the build takes (ms, ``tuner/search/confirm.py``), where a
     confirmation counts."""
     found = {}
     for wid in workload_ids:

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from convtune.tuner.bench import TUNED, contender_env
-from convtune.tuner.ingest import TensorSpec
-from convtune.tuner.runtime import Artifact, load_manifest, set_threads
-from convtune.tuner.verify import random_feeds
+from convtune.tuner.graph.ingest import TensorSpec
+from convtune.tuner.measure.runtime import Artifact, load_manifest, set_threads
+from convtune.tuner.measure.verify import random_feeds
 
 #: Seconds between batches: longer than TVM's thread pool spins before it sleeps.
 PAUSE_S = 0.3

@@ -33,11 +33,11 @@ from typing import Any
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine
 from convtune.service.app.fleets import FleetCreate, create_fleet
-from convtune.tuner.fleet import Fleet, FleetUnavailable
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.fleet import Fleet, FleetUnavailable
+from convtune.tuner.measure.rpc import fleet_devices
 from convtune.tuner.options import Layout, TuneOptions
 from convtune.tuner.pipeline import tune_model
-from convtune.tuner.remote import fleet_devices
 from tests.models import three_conv_cnn, to_bytes
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"

@@ -41,13 +41,13 @@ from convtune.db.session import data_dir, make_engine
 from convtune.schedules.isa import vector_lanes
 from convtune.tuner.algorithms import manifest_winograd, time_with_alternatives
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.peak import PeakResult
+from convtune.tuner.measure.reference import openvino_version
+from convtune.tuner.measure.results import peak_for_threads, resolve_peak, store_artifact_results
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout, TuneOptions
-from convtune.tuner.peak import PeakResult
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.profile import ORT_OTHER, profile_model
-from convtune.tuner.reference import openvino_version
-from convtune.tuner.results import peak_for_threads, resolve_peak, store_artifact_results
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, fmt, markdown
 from convtune.tuner.target import make_target, target_threads
 

@@ -1,7 +1,7 @@
 """Which records should the cost model learn from? Leave one workload out, per sampling rule.
 
 For each workload W with at least 4 successful records in the database: train the cost model on
-the other workloads' records, sampled per workload by a rule (``SQLDatabase.sample_records``),
+the other workloads' records, sampled per workload by a rule (``RecordRepository.sample_records``),
 predict W's records and score
 - pairwise accuracy: the share of W's record pairs (times more than 2% apart) whose predicted
   order matches the measured one;
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from convtune.db.models import TargetRow, TuningRecordRow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine
-from convtune.tuner.cost_model import CostModelStore, fit, new_model
+from convtune.tuner.search.cost_model import CostModelStore, fit, new_model
 
 RULES = {"top4": (4, 0), "random8": (0, 8), "top4+random8": (4, 8), "all": (10**6, 0)}
 
@@ -33,9 +33,9 @@ def evaluate(database: SQLDatabase, top_k: int, random_k: int) -> tuple[float, f
     """(mean training records, pairwise accuracy, geometric-mean top-1 regret) of one rule."""
     store = CostModelStore(database, threads=1)
     by_workload: dict[int, list[TuningRecordRow]] = {}
-    for row in database.sample_records(top_k=10**6, random_k=0):
+    for row in database.records.sample_records(top_k=10**6, random_k=0):
         by_workload.setdefault(row.workload_id, []).append(row)
-    sample = database.sample_records(top_k=top_k, random_k=random_k)
+    sample = database.records.sample_records(top_k=top_k, random_k=random_k)
     sizes, accuracies, regrets = [], [], []
     for held, rows in by_workload.items():
         if len(rows) < 4:
@@ -46,7 +46,7 @@ def evaluate(database: SQLDatabase, top_k: int, random_k: int) -> tuple[float, f
         store.add_records(model, train)
         fit(model)
         sizes.append(len(train))
-        candidates = [database.tuning_record(r).as_measure_candidate() for r in rows]
+        candidates = [database.records.tuning_record(r).as_measure_candidate() for r in rows]
         predicted = model.predict(store.context(held), candidates)
         secs = np.array([r.mean_sec for r in rows])
         pairs = [

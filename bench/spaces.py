@@ -33,17 +33,17 @@ from bench.zoo import resnet50, workload_key
 from convtune.db.migrate import upgrade
 from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import make_engine
-from convtune.tuner.flops import node_flops, static_shapes
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.flops import node_flops, static_shapes
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.peak import measure_peak
+from convtune.tuner.measure.reference import ort_session
+from convtune.tuner.measure.runtime import Artifact, set_threads
+from convtune.tuner.measure.timing import interleaved
+from convtune.tuner.measure.verify import random_feeds
 from convtune.tuner.options import Layout, TuneOptions
-from convtune.tuner.peak import measure_peak
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.profile import ort_node_times
-from convtune.tuner.reference import ort_session
-from convtune.tuner.runtime import Artifact, set_threads
 from convtune.tuner.target import physical_cores
-from convtune.tuner.timing import interleaved
-from convtune.tuner.verify import random_feeds
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
 LAYOUTS = tuple(Layout)

@@ -9,7 +9,8 @@ and MobileNetV3 blocks, GlobalAveragePool → Flatten → Gemm (1000 classes). W
 He-initialised, BatchNorm statistics are seeded and realistic, so activations stay finite and well
 scaled.
 
-FLOP convention (see ``convtune.tuner.flops``): 2 per multiply-add of Conv/Gemm, +1 per bias add;
+FLOP convention (see ``convtune.tuner.graph.flops``): 2 per multiply-add of Conv/Gemm, +1 per bias
+add;
 BatchNorm/Relu/pool/Add count 0. With it ResNet-50 v1.5 is 8.18 GFLOP, as usually quoted.
 
 ``python bench/zoo.py`` prints each model's GFLOP, Conv/Gemm counts and unique workloads.
@@ -28,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from convtune.tuner.flops import model_flops, static_shapes
+from convtune.tuner.graph.flops import model_flops, static_shapes
 
 OPSET = 17
 #: Bump when a generator changes: cached files are keyed by it.

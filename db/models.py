@@ -56,11 +56,12 @@ class Timing(StrEnum):
     #: before migration 0007).
     WARM = "warm"
     #: Every argument but the first (the input) flushed from the caches before each run, as in
-    #: a model, where a layer's weights come from memory: tuner/search.py's ``EVALUATOR``.
+    #: a model, where a layer's weights come from memory: ``EVALUATOR`` in
+    #: tuner/measure/timers.py.
     COLD_WEIGHTS = "cold-weights"
     #: A re-measurement of one of a workload's fastest records, timed as it was but in rounds
     #: beside the workload's other fastest records, ``mean_sec`` the median of the rounds
-    #: (tuner/confirm.py). Only the build's choice of a record reads these.
+    #: (tuner/search/confirm.py). Only the build's choice of a record reads these.
     CONFIRMED = "confirmed"
 
 
@@ -242,9 +243,10 @@ class TuningRecordRow(_Row, Base):
     def confirmed_query(
         cls, workload_id: int, timing: Timing = CURRENT_TIMING
     ) -> Select[TuningRecordRow]:
-        """The fastest record of the workload's confirmations (tuner/confirm.py) taken after its
-        last successful trial under ``timing``: a newer trial may beat what was confirmed, so
-        an older confirmation no longer counts. What a build uses when the query finds one."""
+        """The fastest record of the workload's confirmations (tuner/search/confirm.py) taken
+        after its last successful trial under ``timing``: a newer trial may beat what was
+        confirmed, so an older confirmation no longer counts. What a build uses when the query
+        finds one."""
         last_trial = (
             select(func.max(cls.id))
             .where(cls.workload_id == workload_id, cls.mean_sec.is_not(None), cls.timed(timing))

@@ -1,6 +1,7 @@
 """The extension point for schedule spaces: what the search needs to know about one space.
 
-A space is a family of schedules for the tasks it applies to. The search (``tuner/search.py``)
+A space is a family of schedules for the tasks it applies to. The search
+(``tuner/search/driver.py``)
 gives each space with ``seed_trials > 0`` that many trials alone on each task it applies to and
 that has no trial of it yet (a small hand-written space drowns in the union's far larger
 population otherwise), then searches the union of every applicable space, the cost model ranking

@@ -62,7 +62,7 @@ def workloads(
 ) -> None:
     """List the model's tunable workloads: each Conv/Gemm/MatMul and the other fused tasks."""
     with user_errors():
-        from convtune.tuner.extract import extract_tasks
+        from convtune.tuner.graph.extract import extract_tasks
         from convtune.tuner.tables import layout_label
         from convtune.tuner.target import make_target
 
@@ -286,7 +286,7 @@ def run(
     import numpy as np
 
     with user_errors():
-        from convtune.tuner.runtime import Artifact, manifest_or_library, set_threads
+        from convtune.tuner.measure.runtime import Artifact, manifest_or_library, set_threads
         from convtune.tuner.target import physical_cores
 
         manifest = manifest_or_library(artifact)

@@ -17,7 +17,7 @@ from convtune.tuner.errors import ConvtuneError, error_line
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from convtune.tuner.ingest import IngestedModel
+    from convtune.tuner.graph.ingest import IngestedModel
 
 DbOption = Annotated[
     str | None,
@@ -60,7 +60,7 @@ def open_database(db: str | None) -> Engine:
 
 
 def load_ingested(model: Path, input_shape: list[str] | None) -> IngestedModel:
-    from convtune.tuner.ingest import load_model, parse_input_shape
+    from convtune.tuner.graph.ingest import load_model, parse_input_shape
 
     shapes = dict(parse_input_shape(text) for text in input_shape or [])
     return load_model(model, shapes or None)

@@ -63,7 +63,7 @@ def list_(db: DbOption = None) -> None:
     from sqlalchemy.orm import Session
 
     from convtune.service.app.fleets import fleet_out, list_fleets, live_status
-    from convtune.tuner.fleet import Fleet
+    from convtune.tuner.measure.fleet import Fleet
 
     with user_errors():
         engine = open_database(db)
@@ -109,7 +109,7 @@ def rpc_server(
 ) -> None:
     """Serve as a measuring device of a fleet: TVM's RPC server, registered at the tracker."""
     with user_errors():
-        from convtune.tuner.remote import serve
+        from convtune.tuner.measure.device_server import serve
         from convtune.tuner.target import physical_cores
 
         serve(

@@ -26,8 +26,8 @@ from convtune.service.cli_common import (
     user_errors,
 )
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure.peak import PeakResult, measure_machine
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
-from convtune.tuner.peak import PeakResult, measure_machine
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, rich_table
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def peak(
 ) -> None:
     """Measure this machine's fp32 FMA peak (one core, THREADS cores) and memory bandwidth
     (stream triad), repeated; warns when the runs spread or other processes are running."""
-    from convtune.tuner.results import store_peak
+    from convtune.tuner.measure.results import store_peak
     from convtune.tuner.target import make_target
 
     with user_errors():
@@ -121,7 +121,7 @@ def _context(
     model: Path, artifact: Path | None, threads: int | None, input_shape: list[str] | None
 ) -> tuple[Any, Target, int]:
     """The ingested model, this host's target and the thread count; checks the artifact fits."""
-    from convtune.tuner.runtime import load_manifest
+    from convtune.tuner.measure.runtime import load_manifest
     from convtune.tuner.target import make_target, target_threads
 
     ingested = load_ingested(model, input_shape)
@@ -140,7 +140,7 @@ def _context(
 
 def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
     """GFLOP/s peak for ``threads`` threads and its source (see ``resolve_peak``)."""
-    from convtune.tuner.results import peak_for_threads, resolve_peak
+    from convtune.tuner.measure.results import peak_for_threads, resolve_peak
 
     found, source = resolve_peak(engine, target, threads, store=False)
     return peak_for_threads(found, threads), source
@@ -148,7 +148,7 @@ def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
 
 def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
     """Attach results to the artifact row of ``artifact``'s library; its id, or None if unknown."""
-    from convtune.tuner.results import find_artifact, store_artifact_results
+    from convtune.tuner.measure.results import find_artifact, store_artifact_results
 
     if artifact is None:
         return None
@@ -179,8 +179,12 @@ def measure_artifact(
     and says nothing about the artifact. Returns the bench document.
     """
     from convtune.tuner.bench import bench_model
+    from convtune.tuner.measure.results import (
+        peak_for_threads,
+        resolve_peak,
+        store_artifact_results,
+    )
     from convtune.tuner.profile import profile_model
-    from convtune.tuner.results import peak_for_threads, resolve_peak, store_artifact_results
 
     # Stored when missing (measured inside the host's measurement lock): the dashboard's
     # "% of peak" and roofline need it, and nobody should have to run `convtune peak` first.
@@ -354,8 +358,8 @@ def profile(
     """Per-layer time of the compiled model (untuned without --artifact) next to onnxruntime's."""
     from convtune.tuner.algorithms import manifest_winograd
     from convtune.tuner.bench import untuned_library
+    from convtune.tuner.measure.runtime import load_manifest
     from convtune.tuner.profile import DISTURBED_NOTE, profile_model
-    from convtune.tuner.runtime import load_manifest
 
     with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)

@@ -43,7 +43,7 @@ from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
 from convtune.service.progress import PHASE_EVENTS, TuneProgress, notice
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.fleet import FleetUnavailable
+from convtune.tuner.measure.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
 
 log = logging.getLogger("convtune.worker")
@@ -293,7 +293,7 @@ class Worker:
 
     def _tune(self, job_id: int, watch: _JobWatch) -> int:
         # Imported here: TVM takes a second to load and an idle worker does not need it.
-        from convtune.tuner.ingest import load_model
+        from convtune.tuner.graph.ingest import load_model
         from convtune.tuner.pipeline import tune_model
 
         with self.sessions() as session:

@@ -160,7 +160,7 @@ TOP = {"tuner", "schedules", "docs", "bench", "setup.py", "README.md"}
 
 MADE_UP = """
 Run `convtune tune model.onnx -o out` or `python -m bench.spaces --trials 16`; the search is in
-`tuner/search.py` (`tuner/search.py:run_search`), its spaces in `schedules/space.py`.
+`tuner/search/driver.py` (`tuner/search/driver.py:run_search`), its spaces in `schedules/space.py`.
 See `https://tvm.apache.org/docs/a/b.py`, `~/models/x.py`, `/tmp/x/y.md`, `./data/convtune.db`,
 `out/model.so`, `schedules.base.ScheduleSpace`, `setup.py` and `notes/old.md`.
 
@@ -169,7 +169,7 @@ See `https://tvm.apache.org/docs/a/b.py`, `~/models/x.py`, `/tmp/x/y.md`, `./dat
 ```
 
 ```text
-tuner/ingest.py ─► tuner/gone.py
+tuner/graph/ingest.py ─► tuner/gone.py
 ```
 
 [the CLI](docs/cli.md), [gone](docs/gone.md#x), [site](https://example.com/a/b.md).
@@ -178,10 +178,10 @@ tuner/ingest.py ─► tuner/gone.py
 
 def test_extractor_reads_repo_paths_only() -> None:
     assert repo_paths(MADE_UP, TOP) == {
-        "tuner/search.py",
+        "tuner/search/driver.py",
         "schedules/space.py",
         "setup.py",
-        "tuner/ingest.py",
+        "tuner/graph/ingest.py",
         "tuner/gone.py",
     }
     assert list(link_targets(MADE_UP)) == [("docs/cli.md", ""), ("docs/gone.md", "x")]
@@ -194,7 +194,7 @@ def test_missing_paths_fails_on_a_stale_reference(tmp_path: Path) -> None:
     assert "schedules/space.py" in found  # the stale name this test was written after
     assert "tuner/gone.py" in found
     assert "link docs/gone.md" in found
-    assert "tuner/search.py" not in found and "setup.py" not in found
+    assert "tuner/search/driver.py" not in found and "setup.py" not in found
 
 
 def test_exists_expands_globs_and_braces() -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from tvm.target import Target
 
-from .extract import ModelTask
+from convtune.tuner.graph.extract import ModelTask
 
 #: fp32 bytes.
 _BYTES = 4
@@ -73,8 +73,8 @@ def choose_winograd(
 def memory_bandwidth(engine: Engine, target: Target, threads: int) -> float:
     """GB/s: the stream-triad bandwidth stored for ``target`` (``convtune peak``), else measured
     now in a fraction of a second."""
-    from .peak import measure_bandwidth
-    from .results import stored_peak
+    from convtune.tuner.measure.peak import measure_bandwidth
+    from convtune.tuner.measure.results import stored_peak
 
     stored = stored_peak(engine, target)
     if stored is not None and stored.bandwidth_gbs:

@@ -9,7 +9,8 @@ Two modes:
   process of its own (one subprocess per contender per round, the order rotating from round to
   round); the figure of a contender is the median of its round medians. onnxruntime spins,
   OpenVINO runs with the LATENCY hint in fp32, our artifact with
-  :data:`~convtune.tuner.child.TVM_BEST_ENV`. This is the headline comparison: on MobileNetV2
+  :data:`~convtune.tuner.measure.child.TVM_BEST_ENV`. This is the headline comparison: on
+  MobileNetV2
   (issue 16, Zen 4) it put convtune 1.65-1.70x behind the best peer where the interleaved one
   said 1.38x.
 """
@@ -29,16 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .child import load_feeds, run_child, save_feeds, tvm_process_env
-from .errors import ConvtuneError
-from .options import DEFAULT_LAYOUT, Layout
-from .reference import openvino_runner, openvino_version, ort_session
-from .timing import Stats, interleaved, summarize
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure.child import load_feeds, run_child, save_feeds, tvm_process_env
+from convtune.tuner.measure.reference import openvino_runner, openvino_version, ort_session
+from convtune.tuner.measure.timing import Stats, interleaved, summarize
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 
 if TYPE_CHECKING:
     from tvm.target import Target
 
-    from convtune.tuner.ingest import IngestedModel
+    from convtune.tuner.graph.ingest import IngestedModel
 
 
 TUNED, UNTUNED, ORT, OPENVINO = "tuned", "untuned", "onnxruntime", "openvino"
@@ -59,8 +60,7 @@ def untuned_library(
     reuses a stale library.
     """
     from convtune.db.ms_database import target_key
-
-    from .library import compile_untuned
+    from convtune.tuner.library import compile_untuned
 
     specs = [(s.name, list(s.shape), s.dtype) for s in ingested.inputs]
     key = hashlib.sha256(
@@ -115,7 +115,7 @@ class ModelBench:
         notes: Sequence[str] = (),
     ) -> ModelBench:
         """The bench of ``ingested`` (its name, hash and FLOPs read off the model)."""
-        from .flops import model_flops
+        from convtune.tuner.graph.flops import model_flops
 
         return cls(
             model=ingested.name,
@@ -195,8 +195,8 @@ def bench_model(
     False. The untuned build stops being timed once it has used ``untuned_budget_s`` seconds
     (naive loops take seconds per call on a real CNN) but always gets one sample.
     """
-    from .runtime import Artifact, set_threads
-    from .verify import random_feeds
+    from convtune.tuner.measure.runtime import Artifact, set_threads
+    from convtune.tuner.measure.verify import random_feeds
 
     feeds = random_feeds(ingested.inputs, seed=0)
     names = [s.name for s in ingested.inputs]
@@ -247,7 +247,7 @@ def _contender_runner(
 ) -> Callable[[], object]:
     """The zero-argument callable timing ``name`` in its best configuration."""
     if name == TUNED:
-        from .runtime import Artifact, set_threads
+        from convtune.tuner.measure.runtime import Artifact, set_threads
 
         if artifact is None:
             raise ConvtuneError("bench: the tuned contender needs an artifact")
@@ -311,11 +311,12 @@ def isolated_bench(
     Round ``r`` starts one subprocess per contender, in an order rotated by ``r`` (nobody always
     runs first, right after another contender's process has warmed or heated the machine); each
     loads its runtime, makes ``warmup`` discarded calls and ``samples`` timed slots (batched to
-    ``min_round_s`` like :func:`~convtune.tuner.timing.interleaved`), and reports its median. A
+    ``min_round_s`` like :func:`~convtune.tuner.measure.timing.interleaved`), and reports its
+    median. A
     contender's figure summarises its round medians. Inputs are the interleaved bench's (seed 0).
     OpenVINO is left out with a note when not installed.
     """
-    from .verify import random_feeds
+    from convtune.tuner.measure.verify import random_feeds
 
     if rounds < 1 or samples < 1 or warmup < 0:
         raise ConvtuneError(

@@ -8,7 +8,6 @@ the baseline tuning must beat.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +16,10 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from convtune.schedules.lowering import use_convtune_lowering
-
-from .artifact_files import LIBRARY_NAME
-from .extract import RelaxModel, model_for_target
-from .ingest import IngestedModel
-from .options import DEFAULT_LAYOUT, Layout
+from convtune.tuner.artifact_files import LIBRARY_NAME
+from convtune.tuner.graph.extract import RelaxModel, model_for_target
+from convtune.tuner.graph.ingest import IngestedModel
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 
 
 def build_library(
@@ -51,14 +49,6 @@ def _publish(out_dir: Path, write: Callable[[Path], object]) -> Path:
     write(partial)
     partial.replace(so_path)
     return so_path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def compile_untuned(

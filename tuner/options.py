@@ -19,7 +19,7 @@ def _parse(cls: type[_Choice], value: str, what: str) -> _Choice:
     try:
         return cls(value)
     except ValueError:
-        from .errors import ConvtuneError
+        from convtune.tuner.errors import ConvtuneError
 
         choices = ", ".join(repr(v.value) for v in cls)
         raise ConvtuneError(f"unknown {what} {value!r}: use one of {choices}") from None
@@ -90,7 +90,8 @@ class TuneOptions:
     algorithms: tuple[Algorithm, ...] = ALL_ALGORITHMS
     #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
     fleet: str | None = None
-    #: Re-measure each task's fastest records side by side before the build (tuner/confirm.py,
+    #: Re-measure each task's fastest records side by side before the build
+    #: (tuner/search/confirm.py,
     #: within ``budget_minutes``: the search leaves it time); off: nothing is re-measured, and
     #: the build takes the fastest single measurements where no earlier job confirmed a record.
     confirm: bool = True

@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .bench import ORT, TUNED, bench_model
-from .errors import error_line
-from .options import Layout
-from .profile import ORT_OTHER, OUTSIDE_KERNELS, profile_model
+from convtune.tuner.bench import ORT, TUNED, bench_model
+from convtune.tuner.errors import error_line
+from convtune.tuner.options import Layout
+from convtune.tuner.profile import ORT_OTHER, OUTSIDE_KERNELS, profile_model
 
 if TYPE_CHECKING:
     from tvm.target import Target
 
-    from .ingest import IngestedModel
+    from convtune.tuner.graph.ingest import IngestedModel
 
 #: Interleaved rounds of the comparison (each at least ``bench_model``'s 50 ms).
 ROUNDS = 10

@@ -21,29 +21,28 @@ from tvm.target import Target
 
 from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow, Timing
 from convtune.db.ms_database import SQLDatabase
-
-from .algorithms import choose_winograd, memory_bandwidth
-from .artifact_files import MANIFEST_FORMAT, MANIFEST_NAME
-from .confirm import (
-    CandidateTimer,
+from convtune.tuner.algorithms import choose_winograd, memory_bandwidth
+from convtune.tuner.artifact_files import MANIFEST_FORMAT, MANIFEST_NAME, file_sha256
+from convtune.tuner.errors import ConvtuneError, error_line
+from convtune.tuner.graph.extract import ModelTask, RelaxModel, extract_tasks, model_for_target
+from convtune.tuner.graph.ingest import IngestedModel
+from convtune.tuner.library import build_library, copy_library
+from convtune.tuner.measure.fleet import Fleet, FleetUnavailable, find_fleet
+from convtune.tuner.measure.runtime import Artifact, set_threads
+from convtune.tuner.measure.timers import CandidateTimer, LocalTimer
+from convtune.tuner.measure.verify import Verification, verify_artifact
+from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
+from convtune.tuner.peer_check import check_against_onnxruntime
+from convtune.tuner.search.confirm import (
     ConfirmReport,
-    LocalTimer,
     confirm_reserve_minutes,
     confirm_tasks,
     not_confirmed,
 )
-from .errors import ConvtuneError, error_line
-from .extract import ModelTask, RelaxModel, extract_tasks, model_for_target
-from .fleet import Fleet, FleetUnavailable, find_fleet
-from .ingest import IngestedModel
-from .library import build_library, copy_library, file_sha256
-from .options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
-from .peer_check import check_against_onnxruntime
-from .runtime import Artifact, set_threads
-from .search import EventSink, SearchResult, run_search
-from .space_check import DroppedSpace
-from .target import make_target, target_threads
-from .verify import Verification, verify_artifact
+from convtune.tuner.search.driver import SearchResult, run_search
+from convtune.tuner.search.recording import EventSink
+from convtune.tuner.search.space_check import DroppedSpace
+from convtune.tuner.target import make_target, target_threads
 
 
 @dataclass
@@ -79,7 +78,7 @@ def prepare_model(
     tvm_target = make_target(target)
     relax_model, tasks = extract_tasks(ingested, tvm_target, layout, algorithms)
     database = SQLDatabase(engine, tvm_target)
-    workload_ids = [database.workload_id(task.mod, task.name) for task in tasks]
+    workload_ids = [database.records.workload_id(task.mod, task.name) for task in tasks]
     with Session(engine) as session, session.begin():
         model = session.scalars(select(ModelRow).where(ModelRow.sha256 == ingested.sha256)).first()
         if model is None:
@@ -136,11 +135,12 @@ def layer_figures(
     prepared: PreparedModel, dropped: Sequence[DroppedSpace] = ()
 ) -> list[dict[str, Any]]:
     """Per task: what it implements and the record a build uses (``confirmed`` when it was
-    re-measured beside its rivals, tuner/confirm.py; else the fastest single measurement), and
+    re-measured beside its rivals, tuner/search/confirm.py; else the fastest single measurement),
+    and
     the spaces its search left out (``dropped_spaces``: space, reason)."""
     rows = []
     for task, wid in zip(prepared.tasks, prepared.workload_ids, strict=True):
-        best = prepared.database.chosen_record(wid)
+        best = prepared.database.records.chosen_record(wid)
         rows.append(
             {
                 **task.as_dict(),
@@ -149,7 +149,7 @@ def layer_figures(
                 ],
                 "workload_id": wid,
                 "record_id": best.id if best is not None else None,
-                "trials": prepared.database.count_trials(wid),
+                "trials": prepared.database.records.count_trials(wid),
                 "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
                 "best_gflops": best.gflops if best is not None else None,
                 "space": best.space if best is not None else None,
@@ -187,7 +187,7 @@ def reusable_library(engine: Engine, prepared: PreparedModel, key: str) -> Artif
             select(ArtifactRow)
             .where(
                 ArtifactRow.model_id == prepared.model_id,
-                ArtifactRow.target_id == prepared.database.target_id,
+                ArtifactRow.target_id == prepared.database.records.target_id,
                 ArtifactRow.verified.is_(True),
             )
             .order_by(ArtifactRow.id.desc())
@@ -206,7 +206,7 @@ def candidate_timer(fleet: Fleet | None, threads: int) -> CandidateTimer:
     the fleet, or this host)."""
     if fleet is None:
         return LocalTimer(threads)
-    from .remote import FleetTimer
+    from convtune.tuner.measure.timers import FleetTimer
 
     return FleetTimer(fleet)
 
@@ -335,7 +335,7 @@ def tune_model(
     try:
         on_device = None
         if fleet is not None:
-            from .remote import verify_on_fleet
+            from convtune.tuner.measure.on_fleet import verify_on_fleet
 
             try:
                 remote, device = verify_on_fleet(
@@ -382,10 +382,10 @@ def tune_model(
             "budget_minutes": options.budget_minutes,
             "seed": options.seed,
             # How the kernels that were chosen were timed (db.models.Timing).
-            "timing": prepared.database.timing.value,
+            "timing": prepared.database.records.timing.value,
         },
         "untuned_tasks": untuned_tasks(prepared.tasks, layers, winograd),
-        # Spaces left out of a task's search and why (tuner/space_check.py), one line each.
+        # Spaces left out of a task's search and why (tuner/search/space_check.py), one line each.
         "dropped_spaces": [d.as_dict() for d in search.dropped],
         # How the library was built when the tuned build could not be (None: as tuned).
         "build_fallback": fallback.reason if fallback is not None else None,
@@ -399,7 +399,7 @@ def tune_model(
     with Session(engine) as session, session.begin():
         artifact = ArtifactRow(
             model_id=prepared.model_id,
-            target_id=prepared.database.target_id,
+            target_id=prepared.database.records.target_id,
             sha256=manifest["library"]["sha256"],
             path=str(so_path.resolve()),
             manifest=json.loads(json.dumps(manifest, default=_json_default)),

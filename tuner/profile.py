@@ -32,15 +32,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from convtune.tuner.child import load_feeds, run_child, save_feeds, tvm_process_env
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure.child import load_feeds, run_child, save_feeds, tvm_process_env
+from convtune.tuner.measure.reference import ort_session
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
-from convtune.tuner.reference import ort_session
 
 if TYPE_CHECKING:
     from tvm.target import Target
 
-    from convtune.tuner.ingest import IngestedModel
+    from convtune.tuner.graph.ingest import IngestedModel
 
 _KERNEL_SUFFIX = "_kernel_time"
 _NCHWC_SUFFIX = "_nchwc"
@@ -96,7 +96,7 @@ class _NodeResolver:
     """
 
     def __init__(self, model: onnx.ModelProto) -> None:
-        from .flops import node_key
+        from convtune.tuner.graph.flops import node_key
 
         nodes = list(model.graph.node)
         self.key = {id(n): node_key(n, i) for i, n in enumerate(nodes)}
@@ -291,7 +291,7 @@ def _warm_vm(
     import tvm
     from tvm import relax
 
-    from convtune.tuner.runtime import set_threads
+    from convtune.tuner.measure.runtime import set_threads
 
     if runs < 1:
         raise ConvtuneError(f"profile: runs must be >= 1, got {runs}")
@@ -416,7 +416,7 @@ def consistent_times(
 
 
 # ---------------------------------------------------------------------------------------------
-# each measurement in a fresh process of its own (see convtune.tuner.child)
+# each measurement in a fresh process of its own (see convtune.tuner.measure.child)
 # ---------------------------------------------------------------------------------------------
 
 _TVM_LAYERS, _ORT_NODES = "tvm-layers", "ort-nodes"
@@ -532,9 +532,14 @@ def profile_model(
     convs the build made Winograd (the manifest's ``winograd``). Each Conv/Gemm/MatMul ONNX node
     is in exactly one row's ``onnx_nodes``; the alternatives the build did not pick have no row.
     """
-    from .extract import extract_tasks, fuse, model_for_target, tasks_by_function
-    from .options import Algorithm
-    from .verify import random_feeds
+    from convtune.tuner.graph.extract import (
+        extract_tasks,
+        fuse,
+        model_for_target,
+        tasks_by_function,
+    )
+    from convtune.tuner.measure.verify import random_feeds
+    from convtune.tuner.options import Algorithm
 
     feeds = random_feeds(ingested.inputs, seed=0)
     algorithms = tuple(Algorithm) if winograd else (Algorithm.DIRECT,)

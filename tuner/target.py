@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 from tvm.target import Target, codegen
 
-from .errors import ConvtuneError
+from convtune.tuner.errors import ConvtuneError
 
 _INT_OPTIONS = {"num-cores", "opt-level"}
 _LIST_OPTIONS = {"mattr", "keys", "libs"}

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from convtune.db.models import ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.pipeline import register_model
 
 from . import crud

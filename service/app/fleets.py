@@ -1,6 +1,7 @@
 """Fleets in the database and their live state at the tracker; shared by the CLI, API and dashboard.
 
-TVM is imported only where the tracker or a device is asked (``remote.py``): listing fleets from
+TVM is imported only where the tracker or a device is asked (``tuner/measure/rpc.py``): listing
+fleets from
 the database needs none.
 """
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from convtune.db.models import FleetRow
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.fleet import Fleet, FleetPeak, FleetUnavailable, parse_tracker
+from convtune.tuner.measure.fleet import Fleet, FleetPeak, FleetUnavailable, parse_tracker
 
 
 class FleetExists(ConvtuneError):
@@ -70,7 +71,7 @@ def fleet_out(row: FleetRow, live: dict[str, Any] | None = None) -> FleetOut:
 
 def live_status(fleet: Fleet) -> dict[str, Any]:
     """The tracker's view of the fleet: devices of its key, free ones, waiting requests."""
-    from convtune.tuner.remote import tracker_summary
+    from convtune.tuner.measure.rpc import tracker_summary
 
     try:
         summary = tracker_summary(fleet.tracker_host, fleet.tracker_port)
@@ -110,7 +111,7 @@ def create_fleet(session: Session, body: FleetCreate) -> FleetRow:
     fleet = Fleet(body.name, host, port, body.key, body.target)
     peak: FleetPeak | None = None
     if body.measure_peak:
-        from convtune.tuner.remote import measure_fleet_peak
+        from convtune.tuner.measure.on_fleet import measure_fleet_peak
 
         peak = measure_fleet_peak(fleet)
     row = FleetRow(name=fleet.name, tracker_host=host, tracker_port=port, key=fleet.key)

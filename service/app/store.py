@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from convtune.db.models import ModelRow
-from convtune.tuner.ingest import parse_input_shape
+from convtune.tuner.graph.ingest import parse_input_shape
 
 from . import crud
 from .core.config import Settings

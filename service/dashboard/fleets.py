@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from convtune.tuner.fleet import Fleet
+from convtune.tuner.measure.fleet import Fleet
 
 from ..app.api.deps import SessionDep
 from ..app.fleets import fleet_out, list_fleets, live_status

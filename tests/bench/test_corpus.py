@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 from bench.corpus import ENTRIES, Entry, built, entry, light, wheels
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 
 #: Models whose ingestion alone takes 15-75 s on two shared cores (AlexNet, ZFNet and VGG-19
 #: carry 60-140 M seeded fc weights through constant folding): tested with the slow tests.

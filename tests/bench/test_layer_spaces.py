@@ -65,7 +65,7 @@ def _store_run(engine) -> int:
             session.add(
                 TuningRecordRow(workload_id=workloads[name].id, trace={}, mean_sec=sec, space=space)
             )
-        # Re-measured side by side (tuner/confirm.py): not a trial, not in the space columns.
+        # Re-measured side by side (tuner/search/confirm.py): not a trial, not in the space columns.
         for name, sec in (("direct", 1.4e-3), ("wino4", 1.0e-3)):
             session.add(
                 TuningRecordRow(

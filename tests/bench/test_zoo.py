@@ -102,11 +102,11 @@ def test_mobile_models_structure_and_outputs(name, gflop, convs):
 def test_mobile_models_compile_and_match_onnxruntime(name, tmp_path):
     """TVM converts them (HardSwish, HardSigmoid, SE Mul), and the untuned build agrees with
     onnxruntime within the verification tolerance."""
-    from convtune.tuner.ingest import load_model
+    from convtune.tuner.graph.ingest import load_model
     from convtune.tuner.library import compile_untuned
-    from convtune.tuner.runtime import Artifact
+    from convtune.tuner.measure.runtime import Artifact
+    from convtune.tuner.measure.verify import verify_artifact
     from convtune.tuner.target import make_target
-    from convtune.tuner.verify import verify_artifact
 
     ingested = load_model(zoo.zoo_model(name))
     so_path = compile_untuned(ingested, make_target(None), tmp_path)

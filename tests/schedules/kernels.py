@@ -21,10 +21,10 @@ from tvm.target import Target
 from convtune.schedules import prefetch
 from convtune.schedules.base import ScheduleSpace
 from convtune.schedules.lowering import use_convtune_lowering
-from convtune.tuner.extract import ModelTask, extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import ModelTask, extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.verify import ATOL, RTOL
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import ATOL, RTOL
 from tests.models import conv_net, to_bytes
 
 #: An AVX-512 target to plan layouts for on any host: its 16-lane blocks and 8-lane half blocks

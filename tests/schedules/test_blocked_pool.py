@@ -10,8 +10,8 @@ from tvm import s_tir
 
 from convtune.schedules.blocked_pool import SPACE_NAME, BlockedPoolSpace, pool_sketches
 from convtune.schedules.registry import applicable, space_of
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
 from tests import models
 from tests.schedules.kernels import AVX512, assert_close, random_args, run

@@ -30,7 +30,7 @@ from convtune.schedules.depthwise_conv import (
     legalize_depthwise_conv2d,
 )
 from convtune.schedules.registry import applicable, space_of
-from convtune.tuner.extract import RelaxModel, fuse
+from convtune.tuner.graph.extract import RelaxModel, fuse
 from convtune.tuner.target import make_target
 from tests.models import conv_net
 from tests.schedules.kernels import assert_close, random_args, run, tile_limits
@@ -164,11 +164,11 @@ def test_mobile_block_in_the_blocked_layout_matches_onnxruntime(tmp_path):
     """The layout pass blocks both depthwise convs and the Clip / squeeze-excitation / HardSwish
     ops around them, leaving only the model's input and output transforms, and the compiled
     model agrees with onnxruntime."""
-    from convtune.tuner.extract import extract_tasks
-    from convtune.tuner.ingest import load_model
+    from convtune.tuner.graph.extract import extract_tasks
+    from convtune.tuner.graph.ingest import load_model
     from convtune.tuner.library import compile_untuned
-    from convtune.tuner.runtime import Artifact
-    from convtune.tuner.verify import verify_artifact
+    from convtune.tuner.measure.runtime import Artifact
+    from convtune.tuner.measure.verify import verify_artifact
     from tests.models import inverted_residual_net, to_bytes
 
     ingested = load_model(to_bytes(inverted_residual_net()))

@@ -58,8 +58,8 @@ from convtune.schedules import nchwc_conv, winograd, winograd_nchwc
 from convtune.schedules.generic import GenericSpace
 from convtune.schedules.lowering import use_convtune_lowering
 from convtune.schedules.registry import SPACES
-from convtune.tuner.extract import ModelTask, extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import ModelTask, extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm
 from convtune.tuner.target import make_target, parse_target_spec
 from tests.models import _conv_out, _init, _vi, _weights, make_model, to_bytes
@@ -270,7 +270,8 @@ def case_tasks(kind: str, epilogue: str) -> list[tuple[int, ModelTask]]:
     ]
     assert len(direct) == 1, f"{len(direct)} direct tasks cover {conv_name(epilogue)}"
     # A Winograd task is the one of the same output (each branch's output shape is its own).
-    # Not by its ONNX nodes: tuner/extract.py pairs Winograd call sites with convs by call order,
+    # Not by its ONNX nodes: tuner/graph/extract.py pairs Winograd call sites with convs by call
+    # order,
     # which differs from the graph's.
     shape = output_shape(direct[0][1].mod)
     winograd = [(i, t) for i, t in tasks if t.winograd_tile and output_shape(t.mod) == shape]

@@ -11,11 +11,11 @@ import tvm
 from onnx import helper
 
 from convtune.schedules.fast_math import EXP_HIGH, EXP_LOW, use_fast_exp
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
-from convtune.tuner.runtime import Artifact
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import compare
 from tests import models
 
 ULP = 2.0**-23  # fp32 spacing at 1: the relative error of one ulp is at most this

@@ -9,8 +9,8 @@ from tvm.target import Target
 
 from convtune.schedules.generic import GenericSpace, SpaceConfig
 from convtune.schedules.isa import vector_lanes
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Layout
 from tests.models import conv_net, to_bytes
 

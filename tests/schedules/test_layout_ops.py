@@ -18,12 +18,12 @@ from onnx import helper, numpy_helper
 from tvm.s_tir import meta_schedule as ms
 
 from convtune.schedules.layout import channel_block, channel_blocks
-from convtune.tuner.extract import extract_tasks, model_for_target
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks, model_for_target
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import build_library
-from convtune.tuner.runtime import Artifact
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import compare
 from tests import models
 
 #: The plan is made for an AVX-512 target on every host, so its blocks (16 lanes, 8 for the

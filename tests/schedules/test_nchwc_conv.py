@@ -14,8 +14,8 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.db.models import TuningRecordRow
 from convtune.schedules.nchwc_conv import SPACE_NAME, is_blocked_conv, schedule_blocked_conv
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target

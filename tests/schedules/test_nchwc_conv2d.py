@@ -13,8 +13,8 @@ from convtune.schedules.nchwc_conv2d import (
     design_spaces,
 )
 from convtune.schedules.registry import SPACES, space_of
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
 from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run

@@ -25,10 +25,10 @@ from convtune.schedules.nchwc_kblock import SWEEP_LIMITS, ReductionBlockedConvSp
 from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
 from convtune.schedules.stem_conv import StemConvSpace
 from convtune.schedules.winograd_nchwc import WinogradConvSpace
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm, Layout
-from convtune.tuner.search import run_search
+from convtune.tuner.search.driver import run_search
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
 from tests.schedules.kernels import AVX512, conv_task, tile_limits

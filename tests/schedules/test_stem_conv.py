@@ -19,7 +19,7 @@ from convtune.schedules.stem_conv import (
     design_spaces,
     pack_weight,
 )
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from tests.models import conv_net, to_bytes

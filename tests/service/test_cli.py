@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from convtune.tuner.artifact_files import MANIFEST_NAME
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.target import make_target
 from tests import models

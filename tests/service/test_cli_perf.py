@@ -20,11 +20,12 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import ArtifactRow, ModelRow
 from convtune.db.session import make_engine
 from convtune.service.cli import app
-from convtune.tuner.ingest import load_model
-from convtune.tuner.library import compile_untuned, file_sha256
-from convtune.tuner.peak import PeakResult
-from convtune.tuner.reference import openvino_version
-from convtune.tuner.results import store_peak
+from convtune.tuner.artifact_files import file_sha256
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.library import compile_untuned
+from convtune.tuner.measure.peak import PeakResult
+from convtune.tuner.measure.reference import openvino_version
+from convtune.tuner.measure.results import store_peak
 from convtune.tuner.target import make_target
 from tests.models import conv_net, three_conv_cnn, to_bytes
 

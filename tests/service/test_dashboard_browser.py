@@ -357,7 +357,7 @@ def test_layer_page_draws_every_trial(
     decisions = page.text_content("#decisions")
     assert "×" in decisions, decisions  # tile sizes of the best schedule
     assert page.locator("#trials tbody tr").count() == trials
-    # The build's record: the confirmed one where a confirmation counts (tuner/confirm.py).
+    # The build's record: the confirmed one where a confirmation counts (tuner/search/confirm.py).
     built = page.text_content("#built") or ""
     if _confirmed_in_db(dash, wid):
         assert "confirmed: the median of" in built, built

@@ -68,7 +68,7 @@ def test_killed_worker_is_replaced_and_its_job_finishes(tmp_path):
                 final = wait_for(lambda: ended(client, path), JOB_TIMEOUT, "the job to end")
                 assert final["status"] == "succeeded", (final["error"], service.proc.log()[-3000:])
                 assert final["attempts"] == 1
-                # The Conv tasks share a pool of 2 * TRIALS split by gain (tuner/search.py);
+                # The Conv tasks share a pool of 2 * TRIALS split by gain (tuner/search/driver.py);
                 # a task may stop early: the total is bounded, not each count.
                 assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
                 assert client.get("/healthz").json()["workers_alive"] >= 1

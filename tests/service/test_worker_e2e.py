@@ -142,7 +142,8 @@ def test_job_survives_a_killed_worker_and_serves_its_artifact(service, client):
     )
     assert final["status"] == "succeeded", (final["error"], second.log()[-3000:])
     assert final["attempts"] == 1
-    # The Conv tasks share a pool of 2 * TRIALS, split by expected gain (tuner/search.py), and
+    # The Conv tasks share a pool of 2 * TRIALS, split by expected gain (tuner/search/driver.py),
+    # and
     # a task may stop early: the total is bounded, not each task's count.
     assert 1 <= final["trials_done"] <= final["trials_budget"] == 2 * TRIALS
     assert all(layer["best_gflops"] for layer in final["progress"])

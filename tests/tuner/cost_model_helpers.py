@@ -72,13 +72,13 @@ def record_variants(
     database: SQLDatabase, mod: tvm.IRModule, variants: tuple[str, ...] = VARIANTS
 ) -> dict[str, float]:
     """Measure and store each variant of ``mod`` as a trial; returns variant -> mean seconds."""
-    workload_id = database.workload_id(mod, "conv")
+    workload_id = database.records.workload_id(mod, "conv")
     args_info = [arg.as_json() for arg in ArgInfo.from_prim_func(mod["main"])]
     means = {}
     for index, variant in enumerate(variants):
         sch = schedule(mod, variant)
         run_secs = measure(sch)
-        database.record_trial(
+        database.records.record_trial(
             workload_id,
             trace_json=sch.trace.as_json(),
             run_secs=run_secs,

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from convtune.tuner.algorithms import choose_winograd, weight_bytes
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm, TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from convtune.tuner.search import allocate
+from convtune.tuner.search.allocation import allocate
 
 
 def test_allocation_is_proportional_to_gain_within_bounds_and_sums_to_the_pool():

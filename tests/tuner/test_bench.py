@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from convtune.tuner.errors import ConvtuneError, InvalidModelError
-from convtune.tuner.reference import openvino_runner, openvino_version, ort_session
-from convtune.tuner.timing import interleaved, summarize
+from convtune.tuner.measure.reference import openvino_runner, openvino_version, ort_session
+from convtune.tuner.measure.timing import interleaved, summarize
 
 
 def _recorder(log: list[str], name: str, sleep_s: float = 0.0):

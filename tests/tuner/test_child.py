@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convtune.tuner.child import load_feeds, run_child, save_feeds, tvm_process_env
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure.child import load_feeds, run_child, save_feeds, tvm_process_env
 
 
 def test_feeds_cross_over_by_position_whatever_their_names(tmp_path):

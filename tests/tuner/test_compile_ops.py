@@ -16,13 +16,13 @@ import onnx
 import pytest
 from onnx import helper
 
-from convtune.tuner.extract import ANCHOR_OPS, ModelTask, extract_tasks
-from convtune.tuner.flops import static_shapes
-from convtune.tuner.ingest import IngestedModel, load_model
+from convtune.tuner.graph.extract import ANCHOR_OPS, ModelTask, extract_tasks
+from convtune.tuner.graph.flops import static_shapes
+from convtune.tuner.graph.ingest import IngestedModel, load_model
 from convtune.tuner.library import compile_untuned
-from convtune.tuner.runtime import Artifact
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import compare
 from tests import models
 
 

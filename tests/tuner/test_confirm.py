@@ -10,7 +10,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from convtune.db.models import CURRENT_TIMING, Timing, TuningRecordRow
-from convtune.tuner.confirm import (
+from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.measure.timers import rotating_rounds
+from convtune.tuner.options import TuneOptions
+from convtune.tuner.pipeline import TuneResult, prepare_model, tune_model
+from convtune.tuner.search.confirm import (
     CONFIRM_MAX_SHARE,
     CONFIRM_SECONDS_PER_CANDIDATE,
     CONFIRM_WITHIN,
@@ -23,12 +28,7 @@ from convtune.tuner.confirm import (
     confirm_reserve_minutes,
     confirm_tasks,
     not_confirmed,
-    rotating_rounds,
 )
-from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.ingest import load_model
-from convtune.tuner.options import TuneOptions
-from convtune.tuner.pipeline import TuneResult, prepare_model, tune_model
 from tests.models import conv_net, three_conv_cnn, to_bytes
 
 

@@ -43,11 +43,11 @@ import pytest
 from onnx import helper, numpy_helper
 
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.ingest import IngestedModel, TensorSpec, load_model
+from convtune.tuner.graph.ingest import IngestedModel, TensorSpec, load_model
 from convtune.tuner.library import compile_untuned
-from convtune.tuner.runtime import Artifact
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import compare
 
 # PyTorch exports name tensors "0", "1"...; the frontend renames them to valid identifiers.
 pytestmark = pytest.mark.filterwarnings("ignore:Renaming name:UserWarning")
@@ -587,7 +587,7 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if "--target-opset" in args:
         at = args.index("--target-opset")
-        from convtune.tuner import normalize
+        from convtune.tuner.graph import normalize
 
         normalize.TARGET_OPSET = int(args[at + 1])
         del args[at : at + 2]

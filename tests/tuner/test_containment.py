@@ -16,14 +16,14 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm_ffi import structural_hash
 
 from convtune.schedules.registry import SPACES
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.peer_check import REST, widest_gaps
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.profile import ORT_OTHER, OUTSIDE_KERNELS
-from convtune.tuner.search import DEFAULT_SCHEDULE
-from convtune.tuner.space_check import check_task_spaces
+from convtune.tuner.search.recording import DEFAULT_SCHEDULE
+from convtune.tuner.search.space_check import check_task_spaces
 from convtune.tuner.target import make_target
 from tests.models import _init, _vi, _weights, make_model, to_bytes
 
@@ -183,10 +183,10 @@ def assert_no_slower_than_unscheduled(engine, layers: list[dict]) -> None:
         if row["best_ms"] is None and row["dropped_spaces"]:
             continue  # every space dropped: it was never searched, and runs unscheduled
         wid = row["workload_id"]
-        assert database.count_trials(wid, DEFAULT_SCHEDULE) == 1, row["task"]
+        assert database.records.count_trials(wid, DEFAULT_SCHEDULE) == 1, row["task"]
         floor = min(
             r.mean_sec
-            for r in database.fastest_records(wid, 1000)
+            for r in database.records.fastest_records(wid, 1000)
             if r.space == DEFAULT_SCHEDULE and r.mean_sec is not None
         )
         assert row["best_ms"] is not None and row["best_ms"] <= floor * 1e3 + 1e-12, row

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bench.corpus import built, entry
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 

@@ -20,7 +20,7 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import CostModelRow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine, session_factory
-from convtune.tuner.cost_model import WARMUP_SAMPLES, CostModelStore, trainer_version
+from convtune.tuner.search.cost_model import WARMUP_SAMPLES, CostModelStore, trainer_version
 
 from .cost_model_helpers import NEW_CONV, TARGET, TRAIN_CONVS, VARIANTS, conv, record_variants
 from .cost_model_helpers import schedule as variant_schedule
@@ -64,7 +64,7 @@ def _candidates(mod) -> list[MeasureCandidate]:
 
 def test_warm_start_trains_on_every_other_workloads_records_within_the_cap(database):
     new = conv(*NEW_CONV)
-    new_id = database.workload_id(new, "new")  # the job's workload: no record yet
+    new_id = database.records.workload_id(new, "new")  # the job's workload: no record yet
     warm = CostModelStore(database, threads=1).warm()
     assert warm.source == "trained"
     assert (warm.records, warm.workloads, warm.added) == (
@@ -72,8 +72,8 @@ def test_warm_start_trains_on_every_other_workloads_records_within_the_cap(datab
         len(TRAIN_CONVS),
         TRAIN_RECORDS,
     )
-    assert warm.last_record_id == database.max_record_id()
-    assert database.count_trials(new_id) == 0
+    assert warm.last_record_id == database.records.max_record_id()
+    assert database.records.count_trials(new_id) == 0
 
     # The sample per workload: the fastest record and one drawn at random (maybe the same).
     capped = CostModelStore(database, threads=1, top_k=1, random_k=1).warm()
@@ -90,7 +90,7 @@ def test_persisted_model_round_trips_and_learns_the_records_measured_since(datab
     trained = store.warm()
     store.save(trained)
     new = conv(*NEW_CONV)
-    context = store.context(database.workload_id(new, "new"))
+    context = store.context(database.records.workload_id(new, "new"))
     loaded = store.warm()
     assert (loaded.source, loaded.added, loaded.records) == ("loaded", 0, TRAIN_RECORDS)
     np.testing.assert_array_equal(
@@ -108,19 +108,19 @@ def test_persisted_model_round_trips_and_learns_the_records_measured_since(datab
         TRAIN_RECORDS + len(VARIANTS),
         len(TRAIN_CONVS) + 1,
     )
-    assert row.last_record_id == database.max_record_id()
+    assert row.last_record_id == database.records.max_record_id()
     assert store.warm().source == "loaded"  # nothing new since: used as saved
 
 
 def test_model_saved_by_another_version_is_retrained(database):
     store = CostModelStore(database, threads=1)
     store.save(store.warm())
-    with session_factory(database.engine)() as session, session.begin():
+    with session_factory(database.records.engine)() as session, session.begin():
         session.execute(update(CostModelRow).values(convtune_version="0.1.0/cm0"))
     warm = store.refresh()
     assert warm.source == "retrained (saved by 0.1.0/cm0)"
     assert warm.records == TRAIN_RECORDS and warm.added == TRAIN_RECORDS
-    with session_factory(database.engine)() as session:
+    with session_factory(database.records.engine)() as session:
         assert session.scalar(select(CostModelRow.convtune_version)) == trainer_version()
 
 
@@ -131,7 +131,7 @@ def test_warm_model_ranks_a_good_schedule_of_a_new_workload_above_a_naive_one(da
     scores = dict(
         zip(
             VARIANTS,
-            warm.model.predict(store.context(database.workload_id(new)), _candidates(new)),
+            warm.model.predict(store.context(database.records.workload_id(new)), _candidates(new)),
             strict=True,
         )
     )

@@ -32,10 +32,11 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import Timing, TuningRecordRow, WorkloadRow
 from convtune.db.session import make_engine
 from convtune.service.app.fleets import FleetCreate, create_fleet
-from convtune.tuner.builder import build_candidate
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.fleet import Fleet, FleetUnavailable
-from convtune.tuner.remote import FleetTimer, device_info, fleet_devices, request_device
+from convtune.tuner.measure.fleet import Fleet, FleetUnavailable
+from convtune.tuner.measure.rpc import device_info, fleet_devices, request_device
+from convtune.tuner.measure.timers import FleetTimer
+from convtune.tuner.search.builder import build_candidate
 from convtune.tuner.target import make_target
 from tests.models import three_conv_cnn
 
@@ -292,7 +293,7 @@ def test_job_measures_on_both_devices_survives_a_sigkill_and_verifies_through_rp
     assert len(records) > recorded_before
     assert {r[2] for r in records} == {first_addr, second_addr}
     # Nothing lost: trial indices 0..n-1 per task, no device errors, and the Conv/Gemm tasks
-    # share a pool of 4 * trials (split by expected gain, tuner/search.py; a task may stop
+    # share a pool of 4 * trials (split by expected gain, tuner/search/driver.py; a task may stop
     # early), each task measured at least once.
     per_task: dict[str, list[int | None]] = {}
     for task, index, _, error in records:

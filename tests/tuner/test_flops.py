@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from convtune.tuner.errors import InvalidModelError
-from convtune.tuner.flops import (
+from convtune.tuner.graph.flops import (
     conv_flops,
     conv_output_spatial,
     model_flops,

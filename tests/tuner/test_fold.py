@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from convtune.tuner.fold import DEFAULT_MAX_ELEMENTS, fold_constants
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.fold import DEFAULT_MAX_ELEMENTS, fold_constants
+from convtune.tuner.graph.ingest import load_model
 from tests import models
 
 

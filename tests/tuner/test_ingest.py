@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
-from convtune.tuner.ingest import (
+from convtune.tuner.graph.ingest import (
     MAX_INPUT_ELEMENTS,
     IngestedModel,
     TensorSpec,
@@ -307,7 +307,7 @@ def test_refused_dtype_found_only_by_shape_inference():
 
 
 def test_unsupported_standard_op():
-    # (Celu, the op this test used first, is now lowered to Elu by tuner/normalize.py.)
+    # (Celu, the op this test used first, is now lowered to Elu by tuner/graph/normalize.py.)
     node = helper.make_node("Det", ["x"], ["y"], name="bar")
     model = models.make_model([node], [_vi("x", [2, 2])], [_vi("y", [])])
     with refused(UnsupportedOpError, "op 'Det' (node 'bar') is not supported by the TVM ONNX"):

@@ -15,15 +15,15 @@ import pytest
 from tvm.s_tir import meta_schedule as ms
 
 import convtune.schedules.layout as layout_pass
-import convtune.tuner.extract as extract
+import convtune.tuner.graph.extract as extract
 from convtune.schedules.isa import vector_lanes
 from convtune.tuner.errors import UnsupportedOpError
-from convtune.tuner.extract import extract_tasks, model_for_target
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks, model_for_target
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import build_library
-from convtune.tuner.runtime import Artifact
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import compare
 from tests import models
 from tests.schedules.test_layout_ops import Net
 

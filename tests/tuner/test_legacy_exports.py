@@ -1,7 +1,7 @@
 """Old-opset PyTorch and tf2onnx exports (bench/corpus/legacy.py) tune with default options and
 verify against onnxruntime (issue #35).
 
-On main before the import normalizer (tuner/normalize.py) none of them passed: the opset-11
+On main before the import normalizer (tuner/graph/normalize.py) none of them passed: the opset-11
 segmenter was refused for its empty Resize ``scales`` ("Only one of scales and sizes can be
 provided in Resize"), the opset-9 super-resolution net for its attribute-form Slice ("Cannot cast
 <class 'NoneType'> to list of Expr"), the opset-9 face detector for its Upsample ("object of type
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from bench.corpus import legacy
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 

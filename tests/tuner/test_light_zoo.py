@@ -13,7 +13,7 @@ import pytest
 
 from bench.corpus.light import light_dir, light_model
 from convtune.schedules.isa import vector_lanes
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm, TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target

@@ -1,4 +1,5 @@
-"""The import normalizer (tuner/normalize.py): each rewrite on the idiom it exists for, checked by
+"""The import normalizer (tuner/graph/normalize.py): each rewrite on the idiom it exists for,
+checked by
 onnxruntime, and the one-line refusal when a rewrite changes a model's outputs."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from convtune.tuner import normalize as nz
 from convtune.tuner.errors import UnsupportedOpError
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph import normalize as nz
+from convtune.tuner.graph.ingest import load_model
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17, ir_version=8) -> onnx.ModelProto:

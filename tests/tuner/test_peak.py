@@ -16,7 +16,7 @@ from convtune.db.ms_database import target_key
 from convtune.db.session import make_engine
 from convtune.service.cli_perf import perf_app
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.peak import (
+from convtune.tuner.measure.peak import (
     TRIAD_ELEMENTS,
     PeakResult,
     best_isa,
@@ -24,7 +24,7 @@ from convtune.tuner.peak import (
     measure_peak,
     quietness_warnings,
 )
-from convtune.tuner.results import peak_for_threads, stored_peak
+from convtune.tuner.measure.results import peak_for_threads, stored_peak
 from convtune.tuner.target import make_target
 
 _NUMPY_SGEMM = """

@@ -30,14 +30,14 @@ from convtune.db.models import (
 )
 from convtune.db.ms_database import trace_key
 from convtune.db.session import make_engine
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
+from convtune.tuner.measure.runtime import Artifact, set_threads
+from convtune.tuner.measure.timing import interleaved
+from convtune.tuner.measure.verify import random_feeds, reference_outputs
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
-from convtune.tuner.runtime import Artifact, set_threads
 from convtune.tuner.target import make_target
-from convtune.tuner.timing import interleaved
-from convtune.tuner.verify import random_feeds, reference_outputs
 from tests.models import conv_net, three_conv_cnn, to_bytes
 
 pytestmark = pytest.mark.slow

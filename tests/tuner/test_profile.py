@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from convtune.tuner.bench import untuned_library
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.profile import (
     DISTURBED_EXCESS,
     ORT_OTHER,
@@ -290,7 +290,7 @@ def _exported_style_model(named: bool) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("named", [True, False], ids=["exported-names", "unnamed"])
 def test_every_anchor_node_gets_its_onnxruntime_time(named):
-    from convtune.tuner.flops import node_key
+    from convtune.tuner.graph.flops import node_key
 
     model = _exported_style_model(named)
     anchors = [

@@ -9,10 +9,12 @@ import pytest
 from convtune.db.migrate import upgrade
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Layout
-from convtune.tuner.search import SearchResult, TrialBudget, plan_search, run_search
+from convtune.tuner.search.allocation import plan_search
+from convtune.tuner.search.budget import TrialBudget
+from convtune.tuner.search.driver import SearchResult, run_search
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
 
@@ -31,7 +33,7 @@ def setup(tmp_path):
 
 def _record(database: SQLDatabase, workload_id: int, n: int) -> None:
     for i in range(n):
-        database.record_trial(
+        database.records.record_trial(
             workload_id, trace_json=[[], [i]], run_secs=[1e-3], args_info_json=[],
             error=None, trial_index=i, space="generic", job_id=None, flops=1.0,
         )  # fmt: skip
@@ -98,14 +100,14 @@ def test_a_zero_minute_budget_measures_nothing_and_says_why(setup) -> None:
 
 def test_a_workload_exhausted_under_the_same_spaces_is_not_planned_again(setup) -> None:
     from convtune.schedules.registry import SPACES
-    from convtune.tuner.search import exhaustion_key
+    from convtune.tuner.search.budget import exhaustion_key
 
     tasks, database, _ = setup
     key = exhaustion_key(SPACES)
     plan = plan_search(tasks, database, 10, retune=False, searched_key=key)
     conv = next(i for i, t in enumerate(tasks) if t.kind == "conv")
     _record(database, plan.workload_ids[conv], 2)
-    database.mark_exhausted(plan.workload_ids[conv], key)
+    database.records.mark_exhausted(plan.workload_ids[conv], key)
     assert plan_search(tasks, database, 10, retune=False, searched_key=key).remaining(conv) == 0
     # Another set of spaces (or another version) may have schedules this one had not.
     other = exhaustion_key(SPACES[:1])
@@ -120,7 +122,7 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
     and a space a task already has trials of is not seeded again."""
     from convtune.schedules.depthwise_conv import DepthwiseConvSpace
     from convtune.schedules.registry import SPACES
-    from convtune.tuner.search import seed_rounds
+    from convtune.tuner.search.driver import seed_rounds
     from tests.models import inverted_residual_net
 
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
@@ -146,7 +148,7 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
     pairs = [(i, space.name) for r in rounds for i, space in r.items()]
     assert len(pairs) == len(set(pairs))
     first, space = next(iter(rounds[0].items()))
-    database.record_trial(
+    database.records.record_trial(
         plan.workload_ids[first], trace_json=[[], [0]], run_secs=[1e-3], args_info_json=[],
         error=None, trial_index=0, space=space.name, job_id=None, flops=1.0,
     )  # fmt: skip
@@ -160,7 +162,7 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
     gets no trials from the same command again (a re-upload measures nothing), but does from a
     retune or under other spaces."""
     from convtune.schedules.registry import SPACES
-    from convtune.tuner.search import PATIENCE_BATCHES, exhaustion_key
+    from convtune.tuner.search.budget import PATIENCE_BATCHES, exhaustion_key
 
     tasks, database, _ = setup
     key = exhaustion_key(SPACES)
@@ -171,12 +173,12 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
     # Seed passes (caps set) never stop a task.
     budget.caps = {conv: 4}
     assert not any(budget.batch_measured(conv, 1e-3) for _ in range(PATIENCE_BATCHES + 1))
-    assert database.exhausted_key(plan.workload_ids[conv]) is None
+    assert database.records.exhausted_key(plan.workload_ids[conv]) is None
     budget.caps = None
     stops = [budget.batch_measured(conv, 1e-3) for _ in range(PATIENCE_BATCHES)]
     assert stops == [False] * (PATIENCE_BATCHES - 1) + [True]
     assert budget.allowance(conv) == 0
-    assert database.exhausted_key(plan.workload_ids[conv]) == key
+    assert database.records.exhausted_key(plan.workload_ids[conv]) == key
     assert plan_search(tasks, database, 10, retune=False, searched_key=key).remaining(conv) == 0
     assert plan_search(tasks, database, 10, retune=True, searched_key=key).remaining(conv) > 0
     other = exhaustion_key(SPACES[:1])

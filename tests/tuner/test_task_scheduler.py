@@ -12,12 +12,17 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import TuningRecordRow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine
-from convtune.tuner import search
-from convtune.tuner.extract import extract_tasks
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Layout
+from convtune.tuner.search import driver as search
+from convtune.tuner.search.task_scheduler import (
+    ExclusiveGradient,
+    batch_seconds,
+    best_seconds,
+    gradient,
+)
 from convtune.tuner.target import make_target
-from convtune.tuner.task_scheduler import ExclusiveGradient, batch_seconds, best_seconds, gradient
 from tests.models import three_conv_cnn, to_bytes
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from convtune.tuner.errors import VerificationError
-from convtune.tuner.ingest import load_model
+from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
+from convtune.tuner.measure.runtime import Artifact, set_threads
+from convtune.tuner.measure.verify import ATOL, RTOL, compare, verify_artifact
 from convtune.tuner.options import Layout
-from convtune.tuner.runtime import Artifact, set_threads
 from convtune.tuner.target import make_target
-from convtune.tuner.verify import ATOL, RTOL, compare, verify_artifact
 from tests.models import conv_net, to_bytes
 
 

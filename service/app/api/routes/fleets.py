@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.fleet import Fleet, FleetUnavailable
+from convtune.tuner.measure.fleet import Fleet, FleetUnavailable
 
 from ...core.errors import ApiError
 from ...fleets import (

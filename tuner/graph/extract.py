@@ -29,11 +29,10 @@ from tvm_ffi import structural_hash
 from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.schedules.winograd import TILE_SIZES
 from convtune.schedules.winograd_nchwc import is_winograd_nchwc, winograd_tile
-
-from .errors import UnsupportedOpError, error_line
-from .flops import node_flops, node_key, static_shapes
-from .ingest import IngestedModel
-from .options import DEFAULT_LAYOUT, Algorithm, Layout
+from convtune.tuner.errors import UnsupportedOpError, error_line
+from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
+from convtune.tuner.graph.ingest import IngestedModel
+from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 

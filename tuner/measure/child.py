@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConvtuneError
+from convtune.tuner.errors import ConvtuneError
 
 #: Our artifact's best runtime settings, set in the environment of its own process (TVM reads
 #: them when its thread pool starts); TVM_NUM_THREADS is set to the measurement's threads too.

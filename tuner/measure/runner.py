@@ -40,8 +40,8 @@ from tvm.s_tir.meta_schedule.runner.rpc_runner import (
 from tvm.s_tir.meta_schedule.runner.runner import PyRunner, PyRunnerFuture, RunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from .fleet import Fleet, FleetUnavailable
-from .remote import DeviceLost, fleet_devices, request_device, session_answers
+from convtune.tuner.measure.fleet import Fleet, FleetUnavailable
+from convtune.tuner.measure.rpc import DeviceLost, fleet_devices, request_device, session_answers
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import VerificationError
-from .ingest import IngestedModel, TensorSpec
-from .reference import ort_session
-from .runtime import Artifact
+from convtune.tuner.errors import VerificationError
+from convtune.tuner.graph.ingest import IngestedModel, TensorSpec
+from convtune.tuner.measure.reference import ort_session
+from convtune.tuner.measure.runtime import Artifact
 
 RTOL = 1e-4
 ATOL = 1e-4

@@ -6,7 +6,7 @@ candidates of a new one (TenSet's transfer). Labels are normalised per workload,
 does: each record scores ``best time of its workload / its time`` (1 for the fastest).
 
 - **Sample.** Per workload, its ``TOP_PER_WORKLOAD`` fastest records and ``RANDOM_PER_WORKLOAD``
-  drawn uniformly from all of them (``SQLDatabase.sample_records``, one query): the fast ones
+  drawn uniformly from all of them (``RecordRepository.sample_records``, one query): the fast ones
   teach where the peak is, the random ones what a bad schedule looks like; the top records alone
   all score close to 1 and teach no ranking.
 - **Cap.** ``MAX_RECORDS`` in all: feature extraction (trace replay) and XGBoost training grow
@@ -157,13 +157,15 @@ class CostModelStore:
         self.top_k = top_k
         self.random_k = random_k
         self.max_records = max_records
-        self._sessions = session_factory(database.engine)
+        self._sessions = session_factory(database.records.engine)
         self._contexts: dict[int, ms.TuneContext] = {}
 
     # ----- persistence --------------------------------------------------------------------
 
     def saved(self) -> CostModelRow | None:
-        query = select(CostModelRow).where(CostModelRow.target_id == self.database.target_id)
+        query = select(CostModelRow).where(
+            CostModelRow.target_id == self.database.records.target_id
+        )
         with self._sessions() as session:
             return session.scalar(query)
 
@@ -172,11 +174,13 @@ class CostModelStore:
         if warm.model.booster is None:
             return  # Nothing learned yet; XGBModel.load cannot read a model without a booster.
         data = model_bytes(warm.model)
-        query = select(CostModelRow).where(CostModelRow.target_id == self.database.target_id)
+        query = select(CostModelRow).where(
+            CostModelRow.target_id == self.database.records.target_id
+        )
         with self._sessions() as session, session.begin():
             row = session.scalar(query.with_for_update())
             if row is None:
-                row = CostModelRow(target_id=self.database.target_id)
+                row = CostModelRow(target_id=self.database.records.target_id)
                 session.add(row)
             row.convtune_version = trainer_version()
             row.record_count = warm.records
@@ -190,7 +194,7 @@ class CostModelStore:
     def warm(self) -> WarmModel:
         """The target's model, brought up to date with every record; not saved."""
         start = time.perf_counter()
-        upto = self.database.max_record_id()
+        upto = self.database.records.max_record_id()
         row = self.saved()
         model: XGBModel | None = None
         source = "trained"
@@ -210,7 +214,7 @@ class CostModelStore:
             model = new_model(seed=self.seed, threads=self.threads)
             after = 0
         rows = (
-            self.database.sample_records(
+            self.database.records.sample_records(
                 top_k=self.top_k,
                 random_k=self.random_k,
                 after_id=after,
@@ -274,10 +278,10 @@ class CostModelStore:
     def context(self, workload_id: int) -> ms.TuneContext:
         """A tuning context for a stored workload: what feature extraction needs."""
         if workload_id not in self._contexts:
-            workload = self.database.workload(workload_id)
+            workload = self.database.records.workload(workload_id)
             self._contexts[workload_id] = ms.TuneContext(
                 mod=workload.mod,
-                target=self.database.target,
+                target=self.database.records.target,
                 task_name=f"workload-{workload_id}",
                 num_threads=self.threads,
             )
@@ -298,7 +302,7 @@ class CostModelStore:
                 candidates, results = [], []
                 for row in group:
                     try:
-                        record = self.database.tuning_record(row)
+                        record = self.database.records.tuning_record(row)
                         candidates.append(record.as_measure_candidate())
                     except Exception:  # A trace of an older space that no longer applies.
                         continue

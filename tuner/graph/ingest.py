@@ -6,8 +6,8 @@ fail ``onnx.checker``, external-data tensors (their paths point at the uploader'
 opened), non-float32 inputs and float16/bfloat16/float8/complex/string tensors, ops TVM's ONNX
 frontend cannot convert, dynamic input dims that were not pinned, and inputs larger than
 ``MAX_INPUT_ELEMENTS``. What it returns has pinned input shapes, old opsets and exporter idioms
-normalized (``tuner/normalize.py``, checked by onnxruntime), folded shape subgraphs
-(``tuner/fold.py``) and inferred static shapes everywhere.
+normalized (``tuner/graph/normalize.py``, checked by onnxruntime), folded shape subgraphs
+(``tuner/graph/fold.py``) and inferred static shapes everywhere.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from convtune.tuner.errors import ConvtuneError, InvalidModelError, UnsupportedOpError
-from convtune.tuner.fold import fold_constants
-from convtune.tuner.normalize import normalize
+from convtune.tuner.graph.fold import fold_constants
+from convtune.tuner.graph.normalize import normalize
 
 MAX_INPUT_ELEMENTS = 2**31
 """Cap on the total number of elements over all graph inputs (a pinned 10^12 is a typo)."""

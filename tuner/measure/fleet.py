@@ -1,6 +1,7 @@
 """Fleets: the machines a job measures on, reached through one TVM RPC tracker key.
 
-TVM-free (the CLI's ``--help`` and the API read it): the RPC side lives in ``remote.py`` and
+TVM-free (the CLI's ``--help`` and the API read it): the RPC side lives in ``rpc.py``,
+``timers.py`` and
 ``runner.py``.
 """
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .errors import ConvtuneError
+from convtune.tuner.errors import ConvtuneError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

@@ -34,7 +34,7 @@ Rewrites, in order:
 - ``concat-empty``: zero-size Concat pieces dropped (TVM cannot load an empty constant).
 
 Initializers listed as graph inputs stop being inputs in ingest (``_weights_as_constants``), and
-Shape-computed sizes fold at the pinned shapes in ``tuner/fold.py``.
+Shape-computed sizes fold at the pinned shapes in ``tuner/graph/fold.py``.
 
 Tools compared before writing the rewrites by hand (2026-12-03, onnx 1.23, TVM 0.27). The set:
 the 105 conformance cases that crashed, gave wrong results or were refused other than by dtype or

@@ -19,8 +19,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .artifact_files import MANIFEST_NAME
-from .errors import ConvtuneError
+from convtune.tuner.artifact_files import MANIFEST_NAME
+from convtune.tuner.errors import ConvtuneError
 
 _BIG_CORES = 1  # config_threadpool mode: the "big" cores, i.e. all of them on a symmetric CPU
 

@@ -22,8 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from convtune.schedules.base import ScheduleSpace
-
-from .errors import error_line
+from convtune.tuner.errors import error_line
 
 #: Failed candidates of one space on one task, with none that ran, before the space is dropped
 #: for that task: one batch of the seed pass (8), so a space is judged on a batch, not a fluke.

@@ -13,34 +13,29 @@ a fresh process, as the search timed them (``EVALUATOR``: weights flushed before
 rounds whose order rotates; each candidate's figure is its median round, and every figure is
 stored as a record timed :attr:`~convtune.db.models.Timing.CONFIRMED`, which the build prefers.
 Where the rounds run is a :class:`CandidateTimer`: a fresh process here (:class:`LocalTimer`), or
-one device of the job's fleet (``remote.FleetTimer``).
+one device of the job's fleet (``tuner/measure/timers.py``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import statistics
-import sys
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .child import run_child, tvm_process_env
+from convtune.tuner.measure.timers import CandidateTimer, LocalTimer
 
 if TYPE_CHECKING:
     from tvm.target import Target
 
     from convtune.db.models import TuningRecordRow
     from convtune.db.ms_database import SQLDatabase
-
-    from .builder import CandidateBuilder
-    from .extract import ModelTask
+    from convtune.tuner.graph.extract import ModelTask
+    from convtune.tuner.search.builder import CandidateBuilder
 
 #: Records re-measured per task: the fastest, and its nearest rivals.
 CONFIRM_CANDIDATES = 3
@@ -73,97 +68,6 @@ class Confirmation:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-#: One built candidate as a timer gets it: {"library": path, "args_info": its arguments' JSON}.
-BuiltCandidate = dict[str, Any]
-#: Seconds per group, per candidate, per round.
-GroupTimes = list[list[list[float]]]
-
-
-def rotating_rounds(
-    groups: Sequence[Sequence[BuiltCandidate]],
-    rounds: int,
-    load: Callable[[str], Any],
-    alloc: Callable[[Any], Any],
-    run: Callable[[Any, Any], float],
-) -> GroupTimes:
-    """Time every group's candidates in ``rounds`` rounds whose order rotates: ``load(library)``
-    gives a module, ``alloc(args_info)`` its arguments (one set per distinct ``args_info`` in a
-    group: a conv's alternatives take different ones) and ``run(module, args)`` one figure in
-    seconds."""
-    result = []
-    for group in groups:
-        modules = [load(c["library"]) for c in group]
-        args_by_info: dict[str, Any] = {}
-        for c in group:
-            key = json.dumps(c["args_info"])
-            if key not in args_by_info:
-                args_by_info[key] = alloc(c["args_info"])
-        args = [args_by_info[json.dumps(c["args_info"])] for c in group]
-        times: list[list[float]] = [[] for _ in group]
-        for r in range(rounds):
-            shift = r % len(group)
-            for i in [*range(shift, len(group)), *range(shift)]:
-                times[i].append(run(modules[i], args[i]))
-        result.append(times)
-    return result
-
-
-class CandidateTimer(ABC):
-    """Where confirmation times the built candidates: each group's on one machine, in rotating
-    rounds (:func:`rotating_rounds`), as the search's runner timed them (``EVALUATOR``)."""
-
-    #: Who measured, stored with every confirmed record as its ``device``.
-    device: str | None = None
-
-    @abstractmethod
-    def time_groups(self, groups: Sequence[Sequence[BuiltCandidate]], rounds: int) -> GroupTimes:
-        """Seconds per group, per candidate, per round; a ``ConvtuneError`` if it cannot."""
-
-
-class LocalTimer(CandidateTimer):
-    """A fresh process on this host with the job's threads: no state of the tuning process."""
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self.device = f"local:{socket.gethostname()}"
-
-    def time_groups(self, groups: Sequence[Sequence[BuiltCandidate]], rounds: int) -> GroupTimes:
-        timed: GroupTimes = run_child(
-            "convtune.tuner.confirm",
-            {"groups": groups, "threads": self.threads, "rounds": rounds},
-            what="confirm: the fastest kernels",
-            env=tvm_process_env(self.threads),
-            timeout_s=60.0 + 5.0 * rounds * sum(len(g) for g in groups),
-        )
-        return timed
-
-
-def _child_main(spec_json: str) -> None:
-    """:class:`LocalTimer`'s process: print the times of the spec's groups as one JSON line."""
-    import tvm
-    from tvm.s_tir.meta_schedule.runner.local_runner import (
-        default_alloc_argument,
-        default_run_evaluator,
-    )
-
-    from .runtime import set_threads
-    from .search import EVALUATOR
-
-    spec = json.loads(spec_json)
-    set_threads(spec["threads"])
-    device = tvm.cpu()
-    timed = rotating_rounds(
-        spec["groups"],
-        spec["rounds"],
-        load=tvm.runtime.load_module,
-        alloc=lambda info: default_alloc_argument(device, info, 1),
-        run=lambda module, args: float(
-            statistics.mean(default_run_evaluator(module, device, EVALUATOR, args))
-        ),
-    )
-    print(json.dumps(timed))
 
 
 def _alternative_groups(tasks: Sequence[ModelTask]) -> list[list[int]]:
@@ -280,11 +184,11 @@ def confirm_tasks(
     """
     plans: list[list[_Candidate]] = []
     for members in _alternative_groups(tasks):
-        if all(database.confirmed_record(workload_ids[i]) is not None for i in members):
+        if all(database.records.confirmed_record(workload_ids[i]) is not None for i in members):
             continue
         chosen = []
         for i in members:
-            rows = database.fastest_records(workload_ids[i], candidates)
+            rows = database.records.fastest_records(workload_ids[i], candidates)
             if rows:
                 bound = CONFIRM_WITHIN * rows[0].mean_sec
                 chosen += [_Candidate(i, row) for row in rows if row.mean_sec <= bound]
@@ -295,7 +199,7 @@ def confirm_tasks(
         return report
     plans.sort(key=lambda plan: -_plan_share(plan, tasks))
     timer = timer or LocalTimer(threads)
-    from .builder import CandidateBuilder
+    from convtune.tuner.search.builder import CandidateBuilder
 
     builder = CandidateBuilder(max_workers=max(threads, len(os.sched_getaffinity(0))))
     per_candidate_s = CONFIRM_SECONDS_PER_CANDIDATE
@@ -341,7 +245,7 @@ def _confirm_chunk(
     replayable: list[list[tuple[_Candidate, Any]]] = []
     for plan in plans:
         # A trace that no longer replays (a space changed since) is no candidate.
-        schedules = [database.replayed_schedule(c.row, tasks[c.index].mod) for c in plan]
+        schedules = [database.records.replayed_schedule(c.row, tasks[c.index].mod) for c in plan]
         kept = [(c, sch) for c, sch in zip(plan, schedules, strict=True) if sch is not None]
         if len(kept) >= 2:
             replayable.append(kept)
@@ -367,7 +271,7 @@ def _confirm_chunk(
     confirmations = []
     for group, per_candidate in zip(groups, timed, strict=True):
         for c, secs in zip(group, per_candidate, strict=True):
-            database.record_confirmation(c.row, secs, device=timer.device)
+            database.records.record_confirmation(c.row, secs, device=timer.device)
         for i in sorted({c.index for c in group}):
             mine = [
                 (statistics.median(secs), c)
@@ -400,7 +304,3 @@ def _remove_candidate(path: str) -> None:
 def not_confirmed(why: str) -> str:
     """The event's line for a build without confirmation, saying why."""
     return f"not confirmed ({why}); the build uses the fastest trials"
-
-
-if __name__ == "__main__":
-    _child_main(sys.argv[1])

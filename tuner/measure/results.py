@@ -20,9 +20,8 @@ from tvm.target import Target
 
 from convtune.db.models import ArtifactRow, TargetRow
 from convtune.db.ms_database import target_key, to_plain
-
-from .library import file_sha256
-from .peak import PeakResult
+from convtune.tuner.artifact_files import file_sha256
+from convtune.tuner.measure.peak import PeakResult
 
 _STORED_METHOD = "stored in the database"
 
@@ -90,7 +89,7 @@ def resolve_peak(
     The stored one for ``target`` if any; else measured now — fully and stored (``store=True``,
     as a benchmark run does), or quickly and not stored (a one-off ``convtune bench``).
     """
-    from .peak import measure_machine, measure_peak
+    from convtune.tuner.measure.peak import measure_machine, measure_peak
 
     found = stored_peak(engine, target)
     if found is not None:
