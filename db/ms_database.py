@@ -1,145 +1,64 @@
-"""MetaSchedule's tuning database on SQL: workloads and tuning records in convtune's tables."""
+"""MetaSchedule's tuning database on SQL: TVM's ``Database`` interface over convtune's tables.
+
+The adapter only translates TVM's calls; the rows are read and written by
+:class:`convtune.db.records.RecordRepository` (``SQLDatabase.records``), which convtune's own code
+uses directly, so there is one implementation of every query. The helpers re-exported below live
+in :mod:`convtune.db.records`.
+"""
 
 from __future__ import annotations
 
-import json
-import math
-import statistics
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
-import tvm
-import tvm_ffi
-from sqlalchemy import BigInteger, Engine, Select, cast, func, literal, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
-from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
 from tvm.target import Target
-from tvm.tirx import FloatImm, IntImm
 
-from .models import (
-    CURRENT_TIMING,
-    ModelWorkloadRow,
-    TargetRow,
-    Timing,
-    TuningRecordRow,
-    WorkloadRow,
+from .models import CURRENT_TIMING, Timing
+from .records import (
+    FAILED_RUN_SECS,
+    QUERY_CANDIDATES,
+    RecordRepository,
+    mean_run_sec,
+    replayed,
+    target_key,
+    to_plain,
+    trace_key,
 )
-from .session import session_factory
-from .stats import NO_RECORDS, record_stats
 
-# MetaSchedule's stand-in run time for a candidate that failed to build or run
-# (SortTuningRecordByMeanRunSecs::kMaxMeanTime in TVM's C++).
-FAILED_RUN_SECS = 1e10
-#: Records a build looks through for one whose trace replays on its function.
-QUERY_CANDIDATES = 8
-
-
-def to_plain(obj: Any) -> Any:
-    """Convert TVM containers (Map, Array, IntImm, FloatImm, Target) into plain JSON data."""
-    if obj is None or isinstance(obj, bool | int | float):
-        return obj
-    if isinstance(obj, str):
-        return str(obj)
-    if isinstance(obj, IntImm | FloatImm):
-        return obj.value
-    if isinstance(obj, Target):
-        return to_plain(obj.export())
-    if isinstance(obj, Mapping | tvm_ffi.Map):
-        return {str(k): to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, Sequence | tvm_ffi.Array):
-        return [to_plain(v) for v in obj]
-    raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
-
-
-def trace_key(trace_json: Any) -> str:
-    """A schedule's identity: its trace (instructions and sampling decisions) as canonical JSON."""
-    return json.dumps(to_plain(trace_json), sort_keys=True, separators=(",", ":"))
-
-
-def target_key(target: Target) -> str:
-    """The identity of a target in the ``targets`` table: its exported config as sorted JSON."""
-    return json.dumps(to_plain(target.export()), sort_keys=True, separators=(",", ":"))
-
-
-def mean_run_sec(run_secs: Sequence[float] | None) -> float | None:
-    """Mean of a trial's run times, or None when the trial produced no valid measurement.
-
-    Matches TVM's TuningRecord::IsValid: a trial whose times are all the failure stand-in (1e10)
-    failed; otherwise the mean is over all the times, as MetaSchedule sorts them.
-    """
-    if not run_secs:
-        return None
-    values = [float(v) for v in run_secs]
-    if any(math.isnan(v) for v in values) or all(v >= FAILED_RUN_SECS for v in values):
-        return None
-    return sum(values) / len(values)
-
-
-def _task_name(mod: IRModule) -> str:
-    names = []
-    for gv, fn in mod.functions.items():
-        symbol = fn.attrs.get("global_symbol") if fn.attrs is not None else None
-        names.append(str(symbol or gv.name_hint))
-    return ",".join(sorted(names)) or "main"
-
-
-def _estimate_flops(mod: IRModule) -> float | None:
-    try:
-        flops = float(estimate_tir_flops(mod))
-    except Exception:  # The estimator rejects some loop nests; FLOPs are then unknown.
-        return None
-    return flops if flops > 0 else None
-
-
-def _replayed(record: TuningRecord) -> Schedule:
-    """A fresh schedule of the record's own workload with its trace applied: the workload the
-    trace was read against, since a trace names blocks (see :meth:`SQLDatabase.tuning_record`)."""
-    sch = Schedule(record.workload.mod, error_render_level="detail")
-    record.trace.apply_to_schedule(sch, remove_postproc=False)
-    return sch
+__all__ = [
+    "FAILED_RUN_SECS",
+    "QUERY_CANDIDATES",
+    "SQLDatabase",
+    "mean_run_sec",
+    "target_key",
+    "to_plain",
+    "trace_key",
+]
 
 
 @derived_object
 class SQLDatabase(PyDatabase):
     """A MetaSchedule ``Database`` whose storage is convtune's SQL tables, bound to one target.
 
-    Storage contract:
+    What TVM sees (the storage guarantees, commits and thread/process safety are those of
+    :class:`~convtune.db.records.RecordRepository`, to which every method delegates):
 
-    - Every workload committed here belongs to the target given at construction (its
-      ``targets`` row is created on demand, keyed by :func:`target_key`). Two modules are the same
-      workload iff their structural hashes are equal AND ``tvm_ffi.structural_equal`` holds; the
-      lowest row id wins if concurrent writers ever stored equal modules twice.
     - ``commit_workload(mod)`` returns the stored :class:`Workload` for ``mod``, inserting it if
-      missing; concurrent callers (threads or processes) on the same target are serialised by a
-      row lock on the target so one module is stored once.
-    - ``commit_tuning_record`` and :meth:`record_trial` append a row and commit before returning:
-      a committed record survives the death of the process. Records are never updated.
-    - ``get_top_k(workload, k)`` returns at most ``k`` *successful* records of that workload
-      (``mean_sec`` not NULL), by mean run time ascending, ties broken by insertion (row id).
-      Failed trials (no run times, or only the 1e10 failure stand-in) are stored but never
-      returned by it. ``get_all_tuning_records`` returns every record of this target, failed
-      ones included, in insertion order; ``len()`` counts them.
-    - ``query_tuning_record``/``query_schedule``/``query_ir_module`` return the best record, the
-      schedule made by replaying its trace on a fresh ``tvm.s_tir.Schedule`` of the workload, or
-      that schedule's module; None when the workload is unknown or has no successful record.
-      Their ``target`` argument is ignored, as in TVM's JSON database: this one is bound to a
-      target already.
-    - Every record it stores is marked with the :class:`Timing` protocol given at construction,
-      and every record it reads, counts or samples is one of that protocol: times taken warm
-      and cold are not comparable, so records of another protocol are invisible here (a workload
-      tuned warm is tuned again, cold, as if new).
-    - A confirmation (:meth:`record_confirmation`) re-measures a few of a workload's fastest
-      records side by side and stores each as a new record timed :attr:`Timing.CONFIRMED`;
-      ``query_tuning_record`` (the build) and :meth:`chosen_record` prefer the fastest confirmed
-      record until a newer successful trial of the workload is recorded.
-    - ``Workload`` objects are cached per instance (the workload table only grows); tuning
-      records are always read from the database, so records added by other processes are seen.
+      missing; ``has_workload`` never inserts.
+    - ``commit_tuning_record`` appends a row and commits before returning; a record without a
+      valid run time is stored as failed.
+    - ``get_top_k(workload, k)`` returns at most ``k`` *successful* records of that workload, by
+      mean run time ascending, ties broken by insertion; failed trials are never returned by it.
+      ``get_all_tuning_records`` returns every record of this target, failed ones included, in
+      insertion order; ``len()`` counts them. Records whose traces no longer replay are left out.
+    - ``query_tuning_record``/``query_schedule``/``query_ir_module`` return the record a build
+      uses (:meth:`RecordRepository.chosen_record`: confirmed, else the fastest; then the fastest
+      few if its trace does not replay on ``mod``), the schedule made by replaying its trace on a
+      fresh ``tvm.s_tir.Schedule``, or that schedule's module; None when the workload is unknown
+      or has no successful record. Their ``target`` argument is ignored, as in TVM's JSON
+      database: this one is bound to a target already.
     """
 
     def __init__(
@@ -153,264 +72,25 @@ class SQLDatabase(PyDatabase):
             raise ValueError(
                 f"SQLDatabase supports module_equality='structural' only, got {module_equality!r}"
             )
-        self._engine = engine
-        self._sessions = session_factory(engine)
-        self._target = target
-        self._timing = timing
-        self._timed_alike = TuningRecordRow.timed(timing)
-        self._target_spec = to_plain(target.export())
-        self._target_key = target_key(target)
-        self._lock = threading.RLock()
-        self._workloads: dict[int, Workload] = {}
-        self._ids_by_shash: dict[str, list[int]] = {}
-        self._id_by_handle: dict[int, int] = {}
-        self._flops: dict[int, float | None] = {}
-        self._target_id = self._ensure_target()
-
-    # ----- target -------------------------------------------------------------------------
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    @property
-    def timing(self) -> Timing:
-        """The protocol of every record this database stores and reads."""
-        return self._timing
-
-    @property
-    def target(self) -> Target:
-        return self._target
-
-    @property
-    def target_id(self) -> int:
-        """Row id of this database's target in ``targets``."""
-        return self._target_id
-
-    def _ensure_target(self) -> int:
-        query = select(TargetRow.id).where(TargetRow.key == self._target_key)
-        with self._sessions() as session:
-            found = session.scalar(query)
-            if found is not None:
-                return found
-            row = TargetRow(key=self._target_key, spec=self._target_spec)
-            session.add(row)
-            try:
-                session.commit()
-                return row.id
-            except IntegrityError:  # Another process inserted the same target first.
-                session.rollback()
-                return session.scalars(query).one()
+        #: Convtune's reads and writes of the same rows (the search, confirmation, build report).
+        self.records = RecordRepository(engine, target, timing)
 
     # ----- workloads ----------------------------------------------------------------------
 
-    def _remember(
-        self, workload_id: int, workload: Workload, shash: str, flops: float | None
-    ) -> None:
-        with self._lock:
-            if workload_id in self._workloads:
-                return
-            self._workloads[workload_id] = workload
-            self._ids_by_shash.setdefault(shash, []).append(workload_id)
-            self._ids_by_shash[shash].sort()
-            # Safe as a key: the cache holds the Workload, so its address is never reused.
-            self._id_by_handle[workload.__chandle__()] = workload_id
-            self._flops[workload_id] = flops
-
-    def _find(self, mod: IRModule, shash: str, session: Session | None = None) -> int | None:
-        """Id of the stored workload structurally equal to ``mod``, loading new candidates."""
-        with self._lock:
-            known = list(self._ids_by_shash.get(shash, ()))
-        query = select(WorkloadRow.id, WorkloadRow.mod_json, WorkloadRow.flops).where(
-            WorkloadRow.target_id == self._target_id, WorkloadRow.shash == shash
-        )
-        if known:
-            for workload_id in known:
-                if tvm_ffi.structural_equal(self._workloads[workload_id].mod, mod):
-                    return workload_id
-            query = query.where(WorkloadRow.id.not_in(known))
-        if session is None:
-            with self._sessions() as own:
-                rows = own.execute(query.order_by(WorkloadRow.id)).all()
-        else:
-            rows = session.execute(query.order_by(WorkloadRow.id)).all()
-        for row in rows:
-            self._remember(row.id, Workload(tvm.ir.load_json(row.mod_json)), shash, row.flops)
-        for row in rows:
-            if tvm_ffi.structural_equal(self._workloads[row.id].mod, mod):
-                return row.id
-        return None
-
-    def workload_id(self, mod: IRModule, task_name: str | None = None) -> int:
-        """Row id of the workload for ``mod``; commits it first if missing.
-
-        ``task_name`` labels a new row (default: the module's function names).
-        """
-        shash = str(tvm_ffi.structural_hash(mod))
-        found = self._find(mod, shash)
-        if found is not None:
-            return found
-        with self._sessions() as session, session.begin():
-            # A no-op write on the target row: it takes the write lock (SQLite) or the row lock
-            # (PostgreSQL) before we look again, so concurrent committers of one module wait
-            # and then find the first one's row instead of inserting a twin.
-            session.execute(
-                update(TargetRow).where(TargetRow.id == self._target_id).values(key=TargetRow.key)
-            )
-            found = self._find(mod, shash, session)
-            if found is not None:
-                return found
-            flops = _estimate_flops(mod)
-            row = WorkloadRow(
-                target_id=self._target_id,
-                shash=shash,
-                task_name=task_name or _task_name(mod),
-                mod_json=tvm.ir.save_json(mod),
-                flops=flops,
-            )
-            session.add(row)
-            session.flush()
-            workload_id = row.id
-        self._remember(workload_id, Workload(mod), shash, flops)
-        return workload_id
-
-    def workload(self, workload_id: int) -> Workload:
-        """The stored workload with this row id (of this target); KeyError if there is none."""
-        with self._lock:
-            cached = self._workloads.get(workload_id)
-        if cached is not None:
-            return cached
-        with self._sessions() as session:
-            row = session.get(WorkloadRow, workload_id)
-            if row is None or row.target_id != self._target_id:
-                raise KeyError(f"no workload {workload_id} for target {self._target_key}")
-            self._remember(row.id, Workload(tvm.ir.load_json(row.mod_json)), row.shash, row.flops)
-        return self._workloads[workload_id]
-
-    def _id_of(self, workload: Workload, *, commit: bool) -> int | None:
-        with self._lock:
-            cached = self._id_by_handle.get(workload.__chandle__())
-        if cached is not None:
-            return cached
-        if commit:
-            return self.workload_id(workload.mod)
-        return self._find(workload.mod, str(tvm_ffi.structural_hash(workload.mod)))
-
     def has_workload(self, mod: IRModule) -> bool:
-        return self._find(mod, str(tvm_ffi.structural_hash(mod))) is not None
+        return self.records.find_workload(mod) is not None
 
     def commit_workload(self, mod: IRModule) -> Workload:
-        return self._workloads[self.workload_id(mod)]
+        return self.records.workload(self.records.workload_id(mod))
 
     # ----- tuning records -----------------------------------------------------------------
 
-    def _insert_record(
-        self,
-        workload_id: int,
-        *,
-        mean_sec: float | None = None,
-        timing: Timing | None = None,
-        **fields: Any,
-    ) -> int:
-        run_secs = fields.get("run_secs")
-        if mean_sec is None and fields.get("error") is None:
-            mean_sec = mean_run_sec(run_secs)
-        flops = fields.pop("flops", None)
-        if flops is None:
-            flops = self._flops.get(workload_id)
-        gflops = flops / mean_sec / 1e9 if flops and mean_sec else None
-        row = TuningRecordRow(
-            workload_id=workload_id,
-            mean_sec=mean_sec,
-            gflops=gflops,
-            timing=(timing or self._timing).value,
-            **fields,
-        )
-        with self._sessions() as session, session.begin():
-            session.add(row)
-            session.flush()
-            return row.id
-
-    def record_trial(
-        self,
-        workload_id: int,
-        *,
-        trace_json: Any,
-        run_secs: list[float] | None,
-        args_info_json: Any,
-        error: str | None,
-        trial_index: int | None,
-        space: str | None,
-        job_id: int | None,
-        flops: float | None,
-        device: str | None = None,
-    ) -> int:
-        """Store one trial of ``workload_id`` and return its row id (committed).
-
-        The trial failed if ``error`` is given or ``run_secs`` holds no valid time; then
-        ``mean_sec`` and ``gflops`` are NULL. ``gflops = flops / mean_sec / 1e9`` uses
-        ``flops`` or, when None, the workload's estimated FLOPs.
-        """
-        if workload_id not in self._workloads:
-            self.workload(workload_id)  # Validates that it is a workload of this target.
-        return self._insert_record(
-            workload_id,
-            trace=to_plain(trace_json),
-            run_secs=None if run_secs is None else [float(v) for v in run_secs],
-            target=self._target_spec,
-            args_info=to_plain(args_info_json),
-            error=error,
-            trial_index=trial_index,
-            space=space,
-            job_id=job_id,
-            flops=flops,
-            device=device,
-        )
-
-    def record_confirmation(
-        self, row: TuningRecordRow, round_secs: Sequence[float], device: str | None = None
-    ) -> int:
-        """Store a re-measurement of ``row`` (its trace, args and space) on ``device`` (None:
-        ``row``'s): ``round_secs`` are its times in rounds taken beside the workload's other
-        fastest records, ``mean_sec`` their median, the timing :attr:`Timing.CONFIRMED`. The
-        search and the cost model never read it; :meth:`chosen_record` does. Returns the new
-        row's id."""
-        if not round_secs:
-            raise ValueError("a confirmation needs at least one round")
-        return self._insert_record(
-            row.workload_id,
-            mean_sec=float(statistics.median(round_secs)),
-            timing=Timing.CONFIRMED,
-            trace=row.trace,
-            run_secs=[float(v) for v in round_secs],
-            target=row.target,
-            args_info=row.args_info,
-            error=None,
-            trial_index=None,
-            space=row.space,
-            job_id=row.job_id,
-            device=device or row.device,
-        )
-
-    def confirmed_record(self, workload_id: int) -> TuningRecordRow | None:
-        """The fastest record of the workload's latest confirmation, if no successful trial was
-        recorded after it (:meth:`TuningRecordRow.confirmed_query`); else None."""
-        with self._sessions() as session:
-            return session.scalars(
-                TuningRecordRow.confirmed_query(workload_id, self._timing)
-            ).first()
-
-    def chosen_record(self, workload_id: int) -> TuningRecordRow | None:
-        """The record a build uses: :meth:`confirmed_record` when there is one, else
-        :meth:`best_record` (the fastest single measurement)."""
-        return self.confirmed_record(workload_id) or self.best_record(workload_id)
-
     def commit_tuning_record(self, record: TuningRecord) -> None:
-        workload_id = self._id_of(record.workload, commit=True)
+        workload_id = self.records.id_of(record.workload, commit=True)
         assert workload_id is not None
         trace, run_secs, target, args_info = to_plain(record.as_json())
         failed = mean_run_sec(run_secs) is None
-        self._insert_record(
+        self.records.insert_record(
             workload_id,
             trace=trace,
             run_secs=run_secs,
@@ -419,243 +99,36 @@ class SQLDatabase(PyDatabase):
             error="build or run failed (MetaSchedule gave no valid run time)" if failed else None,
         )
 
-    def tuning_record(self, row: TuningRecordRow, mod: IRModule | None = None) -> TuningRecord:
-        """The MetaSchedule record of a stored row, its trace replayed on the stored workload
-        (loaded and cached), or else on ``mod``; raises the replay's error if neither takes it.
-
-        Structurally equal functions share one workload row, but a trace names blocks, and
-        structural equality ignores block names: FuseTIR numbers the blocks of fused elementwise
-        ops per model (``tir_sigmoid18`` in one task, ``tir_sigmoid11`` in its twin), so a trace
-        measured on the twin replays on the twin only. EfficientNet-B0's build died on one
-        (2026-11-30); the build queries with its own function, which such a trace fits.
-        """
-        plain = [row.trace, row.run_secs, row.target, row.args_info]
-        try:
-            return TuningRecord.from_json(plain, self.workload(row.workload_id))
-        except Exception:
-            if mod is None:
-                raise
-            return TuningRecord.from_json(plain, Workload(mod))
-
-    def replayed_schedule(
-        self, row: TuningRecordRow, mod: IRModule | None = None
-    ) -> Schedule | None:
-        """The schedule of ``row``: its trace replayed on the workload it fits (the stored one,
-        else ``mod``, as in :meth:`tuning_record`), or None when it fits neither."""
-        record = next(self._replayable([row], mod), None)
-        return None if record is None else _replayed(record)
-
-    def _replayable(
-        self, rows: Sequence[TuningRecordRow], mod: IRModule | None
-    ) -> Iterator[TuningRecord]:
-        """The rows whose traces replay (``tuning_record``), in order; the others are left out:
-        a twin's trace that fits neither function, or a trace of a space that changed since."""
-        for row in rows:
-            try:
-                yield self.tuning_record(row, mod)
-            except Exception:
-                continue
-
-    def fastest_records(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
-        """The ``top_k`` fastest successful trials of ``workload_id`` under this database's
-        timing, fastest first (ties: the earliest)."""
-        query = (
-            select(TuningRecordRow)
-            .where(
-                TuningRecordRow.workload_id == workload_id,
-                TuningRecordRow.mean_sec.is_not(None),
-                self._timed_alike,
-            )
-            .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
-            .limit(top_k)
-        )
-        with self._sessions() as session:
-            return list(session.scalars(query))
-
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         if top_k <= 0:
             return []
-        workload_id = self._id_of(workload, commit=False)
+        workload_id = self.records.id_of(workload, commit=False)
         if workload_id is None:
             return []
-        return list(self._replayable(self.fastest_records(workload_id, top_k), workload.mod))
-
-    def best_record(self, workload_id: int) -> TuningRecordRow | None:
-        """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""
-        rows = self.fastest_records(workload_id, 1)
-        return rows[0] if rows else None
-
-    def mark_exhausted(self, workload_id: int, key: str) -> None:
-        """Record that a search over the spaces named by ``key`` found nothing new to measure, or
-        nothing faster for several batches (it converged)."""
-        with self._sessions() as session:
-            session.execute(
-                update(WorkloadRow).where(WorkloadRow.id == workload_id).values(exhausted_key=key)
-            )
-            session.commit()
-
-    def exhausted_key(self, workload_id: int) -> str | None:
-        """The key last given to :meth:`mark_exhausted` for ``workload_id``, or None."""
-        with self._sessions() as session:
-            return session.scalar(
-                select(WorkloadRow.exhausted_key).where(WorkloadRow.id == workload_id)
-            )
-
-    def count_trials(self, workload_id: int, space: str | None = None) -> int:
-        """Number of records of ``workload_id``, failed trials included; only ``space``'s if
-        given."""
-        with self._sessions() as session:
-            stats = record_stats(session, [workload_id], space=space, timing=self._timing)
-        return stats.get(workload_id, NO_RECORDS).trials
-
-    def trace_keys(self, workload_id: int) -> set[str]:
-        """``trace_key`` of every schedule measured for ``workload_id`` (to never measure twice)."""
-        query = select(TuningRecordRow.trace).where(
-            TuningRecordRow.workload_id == workload_id, self._timed_alike
-        )
-        with self._sessions() as session:
-            return {trace_key(trace) for trace in session.scalars(query)}
-
-    def _target_records(self) -> Select[TuningRecordRow]:
-        return (
-            select(TuningRecordRow)
-            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
-            .where(WorkloadRow.target_id == self._target_id, self._timed_alike)
-        )
+        rows = self.records.fastest_records(workload_id, top_k)
+        return list(self.records.replayable(rows, workload.mod))
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
-        with self._sessions() as session:
-            rows = list(session.scalars(self._target_records().order_by(TuningRecordRow.id)))
-        return list(self._replayable(rows, None))
+        return list(self.records.replayable(self.records.all_records(), None))
 
     def __len__(self) -> int:
-        query = select(func.count()).select_from(self._target_records().subquery())
-        with self._sessions() as session:
-            return int(session.scalar(query) or 0)
-
-    # ----- queries for the cost model and the search plan ---------------------------------
-
-    def max_record_id(self) -> int:
-        """The highest ``tuning_records.id`` of this target (0 when it has none)."""
-        query = select(func.max(TuningRecordRow.id)).join(
-            WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id
-        )
-        with self._sessions() as session:
-            found = session.scalar(
-                query.where(WorkloadRow.target_id == self._target_id, self._timed_alike)
-            )
-        return int(found or 0)
-
-    def sample_records(
-        self,
-        *,
-        top_k: int,
-        random_k: int,
-        after_id: int = 0,
-        upto_id: int | None = None,
-        seed: int = 0,
-    ) -> list[TuningRecordRow]:
-        """Successful records of every workload of this target, a bounded sample per workload.
-
-        Per workload: its ``top_k`` fastest records (ties: the earliest) and ``random_k`` records
-        drawn uniformly from all of its successful ones (a record in both counts once), among
-        records with ``after_id < id <= upto_id``. The draw is a fixed hash of the row id and
-        ``seed``, so the same database gives the same sample on SQLite and PostgreSQL. One query;
-        rows come ordered by workload, then id.
-        """
-        where = [
-            WorkloadRow.target_id == self._target_id,
-            TuningRecordRow.mean_sec.is_not(None),
-            TuningRecordRow.id > after_id,
-            self._timed_alike,
-        ]
-        if upto_id is not None:
-            where.append(TuningRecordRow.id <= upto_id)
-
-        # A portable, seeded pseudo-random order: Knuth's multiplicative hash offset by the seed,
-        # squared modulo a prime (affine maps alone only rotate the order between seeds). Every
-        # product stays below 2^63 for ids below 2^31: no integer overflow on either database.
-        def big(value: int) -> Any:
-            return literal(value, BigInteger)
-
-        rid = cast(TuningRecordRow.id, BigInteger)
-        offset = (seed * 1013904223) % 2147483648
-        mixed = (rid * big(2654435761) + big(offset)) % big(2147483648)
-        shuffled = (mixed * mixed) % big(2147483647)
-        ranked = (
-            select(
-                TuningRecordRow.id.label("rid"),
-                func.row_number()
-                .over(
-                    partition_by=TuningRecordRow.workload_id,
-                    order_by=(TuningRecordRow.mean_sec, TuningRecordRow.id),
-                )
-                .label("best_rank"),
-                func.row_number()
-                .over(partition_by=TuningRecordRow.workload_id, order_by=shuffled)
-                .label("random_rank"),
-            )
-            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
-            .where(*where)
-            .subquery()
-        )
-        query = (
-            select(TuningRecordRow)
-            .join(ranked, ranked.c.rid == TuningRecordRow.id)
-            .where((ranked.c.best_rank <= top_k) | (ranked.c.random_rank <= random_k))
-            .order_by(TuningRecordRow.workload_id, TuningRecordRow.id)
-        )
-        with self._sessions() as session:
-            return list(session.scalars(query))
-
-    def best_gflops_by_workload(self) -> dict[int, tuple[str | None, float]]:
-        """Workload id -> (its kind as a model task, e.g. "conv", or None; best GFLOP/s) for
-        every workload of this target with a successful record."""
-        best = (
-            select(TuningRecordRow.workload_id, func.max(TuningRecordRow.gflops))
-            .join(WorkloadRow, WorkloadRow.id == TuningRecordRow.workload_id)
-            .where(
-                WorkloadRow.target_id == self._target_id,
-                TuningRecordRow.gflops.is_not(None),
-                self._timed_alike,
-            )
-            .group_by(TuningRecordRow.workload_id)
-        )
-        kinds = (
-            select(ModelWorkloadRow.workload_id, ModelWorkloadRow.kind)
-            .join(WorkloadRow, WorkloadRow.id == ModelWorkloadRow.workload_id)
-            .where(WorkloadRow.target_id == self._target_id)
-            .distinct()
-        )
-        with self._sessions() as session:
-            kind_of = {wid: kind for wid, kind in session.execute(kinds)}
-            return {
-                wid: (kind_of.get(wid), float(gflops))
-                for wid, gflops in session.execute(best)
-                if gflops is not None
-            }
+        return self.records.count_records()
 
     # ----- queries used when building -----------------------------------------------------
 
     def query_tuning_record(
         self, mod: IRModule, target: Target, workload_name: str | None = None
     ) -> TuningRecord | None:
-        workload_id = self._find(mod, str(tvm_ffi.structural_hash(mod)))
+        workload_id = self.records.find_workload(mod)
         if workload_id is None:
             return None
-        # The chosen record (confirmed, else the fastest) if its trace replays; then the fastest
-        # few in case it does not.
-        chosen = self.chosen_record(workload_id)
-        rows = ([chosen] if chosen is not None else []) + self.fastest_records(
-            workload_id, QUERY_CANDIDATES
-        )
-        return next(self._replayable(rows, mod), None)
+        return next(self.records.replayable(self.records.build_candidates(workload_id), mod), None)
 
     def query_schedule(
         self, mod: IRModule, target: Target, workload_name: str | None = None
     ) -> Schedule | None:
         record = self.query_tuning_record(mod, target, workload_name)
-        return None if record is None else _replayed(record)
+        return None if record is None else replayed(record)
 
     def query_ir_module(
         self, mod: IRModule, target: Target, workload_name: str | None = None

@@ -282,8 +282,8 @@ def resolve_target_id(engine: Engine, text: str | None) -> int:
 
     Raises ``ConvtuneError`` (→ 400) for a target TVM rejects.
     """
-    from convtune.db.ms_database import SQLDatabase
+    from convtune.db.records import RecordRepository
     from convtune.tuner.target import make_target
 
-    # SQLDatabase owns the target identity (its key) and the get-or-create race handling.
-    return SQLDatabase(engine, make_target(text)).target_id
+    # The repository owns the target identity (its key) and the get-or-create race handling.
+    return RecordRepository(engine, make_target(text)).target_id

@@ -20,7 +20,7 @@ def _fill(db: SQLDatabase, sizes: dict[int, int], failed: int = 1) -> dict[int, 
     ids = {}
     for n, count in sizes.items():
         mod = matmul(n)
-        wid = db.workload_id(mod)
+        wid = db.records.workload_id(mod)
         ids[wid] = n
         common = {
             "trace_json": tiled_schedule(mod).trace.as_json(),
@@ -32,9 +32,9 @@ def _fill(db: SQLDatabase, sizes: dict[int, int], failed: int = 1) -> dict[int, 
         }
         # Inserted slowest first: "fastest" and "earliest" differ.
         for k in reversed(range(count)):
-            db.record_trial(wid, run_secs=[(k + 1) * 1e-3], error=None, **common)
+            db.records.record_trial(wid, run_secs=[(k + 1) * 1e-3], error=None, **common)
         for _ in range(failed):
-            db.record_trial(wid, run_secs=None, error="build failed", **common)
+            db.records.record_trial(wid, run_secs=None, error="build failed", **common)
     return ids
 
 
@@ -44,7 +44,7 @@ def test_sample_records_takes_top_k_and_a_seeded_random_draw_per_workload(db_eng
     other = SQLDatabase(db_engine, OTHER_TARGET)
     _fill(other, {16: 5})  # another target's records are never sampled
 
-    rows = db.sample_records(top_k=2, random_k=4, seed=1)
+    rows = db.records.sample_records(top_k=2, random_k=4, seed=1)
     per_workload = Counter(r.workload_id for r in rows)
     assert set(per_workload) == set(ids)
     by_n = {ids[wid]: count for wid, count in per_workload.items()}
@@ -56,17 +56,20 @@ def test_sample_records_takes_top_k_and_a_seeded_random_draw_per_workload(db_eng
         assert times[:2] == [1e-3, 2e-3]  # the two fastest are always in
     # Ordered by workload then id; the same seed gives the same sample, another seed another.
     assert [(r.workload_id, r.id) for r in rows] == sorted((r.workload_id, r.id) for r in rows)
-    again = db.sample_records(top_k=2, random_k=4, seed=1)
+    again = db.records.sample_records(top_k=2, random_k=4, seed=1)
     assert [r.id for r in again] == [r.id for r in rows]
-    draws = {tuple(r.id for r in db.sample_records(top_k=0, random_k=4, seed=s)) for s in range(4)}
+    draws = {
+        tuple(r.id for r in db.records.sample_records(top_k=0, random_k=4, seed=s))
+        for s in range(4)
+    }
     assert len(draws) > 1
 
     # Only the records after a watermark, up to another.
-    top = db.max_record_id()
+    top = db.records.max_record_id()
     assert top == (20 + 1) + (3 + 1) + (12 + 1)  # the last one, a failed trial, counts too
-    assert other.max_record_id() > top  # filled after, on its own target
+    assert other.records.max_record_id() > top  # filled after, on its own target
     middle = sorted(r.id for r in rows)[len(rows) // 2]
-    newer = db.sample_records(top_k=100, random_k=0, after_id=middle, upto_id=top)
+    newer = db.records.sample_records(top_k=100, random_k=0, after_id=middle, upto_id=top)
     assert newer and all(middle < r.id <= top for r in newer)
 
 
@@ -92,7 +95,7 @@ def test_best_gflops_by_workload_names_the_task_kind(db_engine):
                 position=0,
             )
         )
-    best = db.best_gflops_by_workload()
+    best = db.records.best_gflops_by_workload()
     assert best[by_n[16]] == (  # fastest trial: 1 ms
         "gemm",
         pytest.approx(2 * 16**3 / 1e-3 / 1e9),
@@ -106,7 +109,7 @@ def test_cost_model_row_holds_bytes_per_target(db_engine):
     with session_factory(db_engine)() as session, session.begin():
         session.add(
             CostModelRow(
-                target_id=db.target_id,
+                target_id=db.records.target_id,
                 convtune_version="x",
                 record_count=3,
                 workload_count=1,

@@ -61,17 +61,17 @@ def test_workload_round_trip_through_a_new_engine(db_engine, db_url):
     first = SQLDatabase(db_engine, TARGET)
     assert not first.has_workload(mod)
     committed = first.commit_workload(mod)
-    workload_id = first.workload_id(mod)
+    workload_id = first.records.workload_id(mod)
 
     other_engine = make_engine(db_url)
     try:
         second = SQLDatabase(other_engine, TARGET)
-        assert second.target_id == first.target_id
+        assert second.records.target_id == first.records.target_id
         assert second.has_workload(matmul(64))  # Built anew: equal by structure, not identity.
         loaded = second.commit_workload(matmul(64))
         assert tvm_ffi.structural_equal(loaded.mod, committed.mod)
-        assert second.workload_id(mod) == workload_id
-        assert tvm_ffi.structural_equal(second.workload(workload_id).mod, mod)
+        assert second.records.workload_id(mod) == workload_id
+        assert tvm_ffi.structural_equal(second.records.workload(workload_id).mod, mod)
     finally:
         other_engine.dispose()
     assert _count(db_engine, WorkloadRow) == 1
@@ -85,11 +85,11 @@ def test_workload_round_trip_through_a_new_engine(db_engine, db_url):
 
 def test_dedup_by_structure_and_hash_collisions(db_engine):
     db = SQLDatabase(db_engine, TARGET)
-    a = db.workload_id(matmul(64))
-    assert db.workload_id(matmul(64)) == a
+    a = db.records.workload_id(matmul(64))
+    assert db.records.workload_id(matmul(64)) == a
     db.commit_workload(matmul(64))
     assert _count(db_engine, WorkloadRow) == 1
-    b = db.workload_id(matmul(32))
+    b = db.records.workload_id(matmul(32))
     assert b != a
     assert _count(db_engine, WorkloadRow) == 2
 
@@ -99,7 +99,7 @@ def test_dedup_by_structure_and_hash_collisions(db_engine):
     with session_factory(db_engine)() as session, session.begin():
         session.add(
             WorkloadRow(
-                target_id=db.target_id,
+                target_id=db.records.target_id,
                 shash=str(tvm_ffi.structural_hash(collide)),
                 task_name="impostor",
                 mod_json=tvm.ir.save_json(matmul(8)),
@@ -107,8 +107,8 @@ def test_dedup_by_structure_and_hash_collisions(db_engine):
         )
     fresh = SQLDatabase(db_engine, TARGET)
     assert not fresh.has_workload(collide)
-    c = fresh.workload_id(collide)
-    assert tvm_ffi.structural_equal(fresh.workload(c).mod, collide)
+    c = fresh.records.workload_id(collide)
+    assert tvm_ffi.structural_equal(fresh.records.workload(c).mod, collide)
     assert _count(db_engine, WorkloadRow) == 4
 
 
@@ -119,10 +119,10 @@ def test_workloads_are_per_target(db_engine):
     mine.commit_tuning_record(_record(mine, mod, [1e-4]))
     assert not theirs.has_workload(mod)
     assert len(mine) == 1 and len(theirs) == 0
-    assert theirs.workload_id(mod) != mine.workload_id(mod)
+    assert theirs.records.workload_id(mod) != mine.records.workload_id(mod)
     assert _count(db_engine, TargetRow) == 2
     with pytest.raises(KeyError):
-        theirs.workload(mine.workload_id(mod))
+        theirs.records.workload(mine.records.workload_id(mod))
 
 
 def test_records_timed_another_way_are_invisible_and_the_workload_is_tuned_again(db_engine):
@@ -130,7 +130,7 @@ def test_records_timed_another_way_are_invisible_and_the_workload_is_tuned_again
     warm = SQLDatabase(db_engine, TARGET, timing=Timing.WARM)
     cold = SQLDatabase(db_engine, TARGET)
     mod = matmul(64)
-    wid = warm.workload_id(mod)
+    wid = warm.records.workload_id(mod)
     warm.commit_tuning_record(_record(warm, mod, [1e-5], inner=8))  # warm: looks faster
     cold.commit_tuning_record(_record(cold, mod, [3e-5], inner=16))
     with session_factory(db_engine)() as session:
@@ -138,13 +138,15 @@ def test_records_timed_another_way_are_invisible_and_the_workload_is_tuned_again
         assert list(stored) == ["warm", "cold-weights"]
     # Each sees its own record only: best, counts, the traces it will not measure again, samples.
     assert _secs(cold.get_top_k(cold.commit_workload(mod), 5)[0]) == [3e-5]
-    assert cold.best_record(wid).mean_sec == pytest.approx(3e-5)
-    assert warm.best_record(wid).mean_sec == pytest.approx(1e-5)
-    assert cold.count_trials(wid) == 1 and len(cold) == 1 and len(warm) == 1
-    assert cold.trace_keys(wid) != warm.trace_keys(wid)
-    assert [r.mean_sec for r in cold.sample_records(top_k=5, random_k=5)] == [pytest.approx(3e-5)]
-    assert cold.best_gflops_by_workload()[wid][1] == pytest.approx(FLOPS_64 / 3e-5 / 1e9)
-    assert cold.max_record_id() > warm.max_record_id()
+    assert cold.records.best_record(wid).mean_sec == pytest.approx(3e-5)
+    assert warm.records.best_record(wid).mean_sec == pytest.approx(1e-5)
+    assert cold.records.count_trials(wid) == 1 and len(cold) == 1 and len(warm) == 1
+    assert cold.records.trace_keys(wid) != warm.records.trace_keys(wid)
+    assert [r.mean_sec for r in cold.records.sample_records(top_k=5, random_k=5)] == [
+        pytest.approx(3e-5)
+    ]
+    assert cold.records.best_gflops_by_workload()[wid][1] == pytest.approx(FLOPS_64 / 3e-5 / 1e9)
+    assert cold.records.max_record_id() > warm.records.max_record_id()
     fresh = SQLDatabase(db_engine, TARGET, timing=Timing.COLD_WEIGHTS)
     assert fresh.query_tuning_record(mod, TARGET, "main").run_secs[0].value == pytest.approx(3e-5)
 
@@ -179,7 +181,7 @@ def test_top_k_orders_successes_by_mean_time_then_insertion(db_engine):
     assert db.get_top_k(workload, 0) == []
     assert db.get_top_k(db.commit_workload(matmul(32)), 5) == []
 
-    best = db.best_record(db.workload_id(mod))
+    best = db.records.best_record(db.records.workload_id(mod))
     assert best.mean_sec == pytest.approx(1e-4)
     assert best.gflops == pytest.approx(FLOPS_64 / 1e-4 / 1e9)
     with session_factory(db_engine)() as session:
@@ -207,18 +209,18 @@ def test_records_written_elsewhere_are_seen_by_a_live_instance(db_engine, db_url
 def test_record_trial_and_count_trials(db_engine):
     db = SQLDatabase(db_engine, TARGET)
     mod = matmul(64)
-    workload_id = db.workload_id(mod)
+    workload_id = db.records.workload_id(mod)
     trace = tiled_schedule(mod).trace.as_json()
     info = [a.as_json() for a in args_info(mod)]
     common = {"trace_json": trace, "args_info_json": info, "space": "test", "job_id": 7}
 
-    ok = db.record_trial(
+    ok = db.records.record_trial(
         workload_id, run_secs=[1e-4, 3e-4], error=None, trial_index=0, flops=1e6, **common
     )
-    derived = db.record_trial(
+    derived = db.records.record_trial(
         workload_id, run_secs=[5e-4], error=None, trial_index=1, flops=None, **common
     )
-    db.record_trial(
+    db.records.record_trial(
         workload_id,
         run_secs=[1e-5],
         error="verification failed",
@@ -226,11 +228,11 @@ def test_record_trial_and_count_trials(db_engine):
         flops=None,
         **common,
     )
-    db.record_trial(
+    db.records.record_trial(
         workload_id, run_secs=None, error="build timed out", trial_index=3, flops=None, **common
     )
-    assert db.count_trials(workload_id) == 4
-    assert db.count_trials(db.workload_id(matmul(32))) == 0
+    assert db.records.count_trials(workload_id) == 4
+    assert db.records.count_trials(db.records.workload_id(matmul(32))) == 0
 
     with session_factory(db_engine)() as session:
         row = session.get(TuningRecordRow, ok)
@@ -239,12 +241,14 @@ def test_record_trial_and_count_trials(db_engine):
         assert (row.space, row.job_id, row.trial_index) == ("test", 7, 0)
         assert row.target == json.loads(target_key(TARGET))
         assert session.get(TuningRecordRow, derived).gflops == pytest.approx(FLOPS_64 / 5e-4 / 1e9)
-    best = db.best_record(workload_id)
+    best = db.records.best_record(workload_id)
     assert best.id == ok  # the erroneous 1e-5 trial never counts as the best
-    [record] = db.get_top_k(db.workload(workload_id), 1)
+    [record] = db.get_top_k(db.records.workload(workload_id), 1)
     assert _secs(record) == pytest.approx([1e-4, 3e-4])
     with pytest.raises(KeyError):
-        db.record_trial(10_000, run_secs=[1.0], error=None, trial_index=None, flops=None, **common)
+        db.records.record_trial(
+            10_000, run_secs=[1.0], error=None, trial_index=None, flops=None, **common
+        )
 
 
 def test_query_schedule_replays_the_stored_trace(db_engine, db_url):
@@ -288,7 +292,7 @@ def test_a_trace_measured_on_a_twin_replays_on_the_twin(db_engine):
         db.commit_tuning_record(
             TuningRecord(trace, db.commit_workload(mod), [secs], TARGET, args_info(mod))
         )
-    assert db.workload_id(first) == db.workload_id(twin)
+    assert db.records.workload_id(first) == db.records.workload_id(twin)
     assert _count(db_engine, WorkloadRow) == 1
 
     # The twin's own (faster) record; the first function's, whose trace names block "C".
@@ -322,7 +326,7 @@ def test_concurrent_commits_of_one_module_store_one_row(db_engine, db_url):
             db = SQLDatabase(engine, TARGET)
             mod = matmul(48)
             barrier.wait()
-            ids.append(db.workload_id(mod))
+            ids.append(db.records.workload_id(mod))
         except BaseException as exc:  # surfaced below; a thread cannot fail the test itself
             errors.append(exc)
 
@@ -343,61 +347,63 @@ def test_concurrent_commits_of_one_module_store_one_row(db_engine, db_url):
 def test_a_confirmation_is_chosen_by_the_build_until_a_newer_trial(db_engine):
     db = SQLDatabase(db_engine, TARGET)
     mod = matmul(64)
-    wid = db.workload_id(mod)
+    wid = db.records.workload_id(mod)
     info = [a.as_json() for a in args_info(mod)]
 
     def trial(inner: int, secs: float) -> int:
         trace = tiled_schedule(mod, inner=inner).trace.as_json()
-        return db.record_trial(
+        return db.records.record_trial(
             wid, trace_json=trace, run_secs=[secs], args_info_json=info, error=None,
             trial_index=None, space="test", job_id=3, flops=None,
         )  # fmt: skip
 
     lucky, steady = trial(8, 1e-5), trial(16, 1.1e-5)
-    assert db.chosen_record(wid).id == lucky and db.confirmed_record(wid) is None
-    rows = db.fastest_records(wid, 2)
+    assert db.records.chosen_record(wid).id == lucky and db.records.confirmed_record(wid) is None
+    rows = db.records.fastest_records(wid, 2)
     # Side by side, the lucky one is the slower.
-    db.record_confirmation(rows[0], [3e-5, 2.9e-5, 9e-5])
-    db.record_confirmation(rows[1], [2e-5, 2.1e-5, 1.9e-5])
-    chosen = db.chosen_record(wid)
+    db.records.record_confirmation(rows[0], [3e-5, 2.9e-5, 9e-5])
+    db.records.record_confirmation(rows[1], [2e-5, 2.1e-5, 1.9e-5])
+    chosen = db.records.chosen_record(wid)
     assert chosen.timing == Timing.CONFIRMED.value
     assert chosen.mean_sec == pytest.approx(2e-5)  # the median round
     assert chosen.trace == rows[1].trace and chosen.space == "test" and chosen.job_id == 3
     built = db.query_tuning_record(mod, TARGET, "main")
     assert str(built.trace) == str(tiled_schedule(mod, inner=16).trace)
     # The search and the cost model never see a confirmation.
-    assert db.best_record(wid).id == lucky
-    assert [r.id for r in db.fastest_records(wid, 5)] == [lucky, steady]
-    assert db.count_trials(wid) == 2 and len(db) == 2
-    assert len(db.sample_records(top_k=5, random_k=5)) == 2
+    assert db.records.best_record(wid).id == lucky
+    assert [r.id for r in db.records.fastest_records(wid, 5)] == [lucky, steady]
+    assert db.records.count_trials(wid) == 2 and len(db) == 2
+    assert len(db.records.sample_records(top_k=5, random_k=5)) == 2
     # A newer trial may beat what was confirmed: the fastest single measurement is back.
     newer = trial(32, 1.5e-5)
-    assert db.confirmed_record(wid) is None
-    assert db.chosen_record(wid).id == lucky
+    assert db.records.confirmed_record(wid) is None
+    assert db.records.chosen_record(wid).id == lucky
     assert newer > lucky
     with pytest.raises(ValueError):
-        db.record_confirmation(rows[0], [])
+        db.records.record_confirmation(rows[0], [])
 
 
 def test_a_record_replays_on_the_function_its_trace_names_or_is_no_schedule(db_engine):
     # Twins share a workload row (stored: the first, block "C"); a trace names its own blocks.
     first, twin = matmul(64), matmul(64, name="D")
     db = SQLDatabase(db_engine, TARGET)
-    wid = db.workload_id(first)
-    assert db.workload_id(twin) == wid
+    wid = db.records.workload_id(first)
+    assert db.records.workload_id(twin) == wid
     info = [a.as_json() for a in args_info(first)]
     common = {
         "run_secs": [1e-5], "args_info_json": info, "error": None, "trial_index": None,
         "space": "test", "job_id": None, "flops": None,
     }  # fmt: skip
     for mod, name in ((first, "C"), (twin, "D")):
-        db.record_trial(wid, trace_json=tiled_schedule(mod, name=name).trace.as_json(), **common)
-    on_first, on_twin = db.fastest_records(wid, 2)
+        db.records.record_trial(
+            wid, trace_json=tiled_schedule(mod, name=name).trace.as_json(), **common
+        )
+    on_first, on_twin = db.records.fastest_records(wid, 2)
     # A trace of the stored function replays on it, whichever function asks.
     for asking in (None, twin):
-        sch = db.replayed_schedule(on_first, asking)
+        sch = db.records.replayed_schedule(on_first, asking)
         assert tvm_ffi.structural_equal(sch.mod, tiled_schedule(first, name="C").mod)
     # The twin's trace replays on the twin only; with no function to try it is no schedule.
-    sch = db.replayed_schedule(on_twin, twin)
+    sch = db.records.replayed_schedule(on_twin, twin)
     assert tvm_ffi.structural_equal(sch.mod, tiled_schedule(twin, name="D").mod)
-    assert db.replayed_schedule(on_twin) is None
+    assert db.records.replayed_schedule(on_twin) is None
