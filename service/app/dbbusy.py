@@ -12,40 +12,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
-from .core.errors import ApiError
+from .core.busy import is_busy
+from .core.errors import busy_error
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-RETRY_AFTER_SECONDS = 5
-_SQLITE_BUSY = ("database is locked", "database is busy", "database table is locked")
-# SQLSTATEs: lock_not_available, query_canceled (statement_timeout), deadlock, serialization.
-_POSTGRES_BUSY = {"55P03", "57014", "40P01", "40001"}
-
-
-def is_busy(exc: BaseException) -> bool:
-    """Whether ``exc`` means "the database is busy, try again" rather than a real fault."""
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated:
-        return True
-    orig = exc.orig
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    if sqlstate in _POSTGRES_BUSY:
-        return True
-    return isinstance(exc, OperationalError) and any(s in str(orig).lower() for s in _SQLITE_BUSY)
-
-
-def busy_error() -> ApiError:
-    return ApiError(
-        503,
-        "database_busy",
-        f"the database is busy; retry in {RETRY_AFTER_SECONDS} s",
-        {"Retry-After": str(RETRY_AFTER_SECONDS)},
-    )
 
 
 def with_retries(action: Callable[[], T], retries: int, *, backoff: float = 0.2) -> T:

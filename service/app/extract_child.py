@@ -23,7 +23,7 @@ from convtune.tuner.pipeline import register_model
 from . import crud
 from .core.errors import ApiError, convtune_error_code
 from .dbbusy import with_retries
-from .extraction import ExtractRequest
+from .extract_request import ExtractRequest
 from .limits import check_model
 
 _NODES_PER_NICE_STEP = 100

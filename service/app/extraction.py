@@ -19,14 +19,14 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
 from .core.errors import ApiError
-from .limits import ModelLimits, limit_exceeded
+from .extract_request import ExtractRequest
+from .limits import limit_exceeded
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +34,6 @@ log = logging.getLogger(__name__)
 _CHILD_MODULE = "convtune.service.app.extract_child"
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([_CHILD_MODULE])
-
-
-@dataclass(frozen=True)
-class ExtractRequest:
-    """What the child needs: all plain data (it is pickled to the child)."""
-
-    upload_path: str
-    stored_path: str
-    sha256: str
-    name: str | None
-    input_shapes: dict[str, tuple[int, ...]]
-    owner: str
-    database_url: str
-    busy_timeout: float
-    busy_retries: int
-    limits: ModelLimits
 
 
 def warm_up() -> None:

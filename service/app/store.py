@@ -24,7 +24,8 @@ from . import crud
 from .core.config import Settings
 from .core.errors import ApiError
 from .dbbusy import with_retries
-from .extraction import Extractor, ExtractRequest, upload_done
+from .extract_request import ExtractRequest
+from .extraction import Extractor, upload_done
 from .limits import ModelLimits, check_storage_quota
 from .upload import StreamedUpload
 

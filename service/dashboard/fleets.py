@@ -13,13 +13,12 @@ from convtune.tuner.measure.fleet import Fleet
 
 from ..app.api.deps import SessionDep
 from ..app.fleets import fleet_out, list_fleets, live_status
+from .templating import templates
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/fleets", response_class=HTMLResponse)
 def fleets_page(request: Request, session: SessionDep) -> HTMLResponse:
-    from .routes import templates
-
     fleets = [fleet_out(row, live_status(Fleet.from_row(row))) for row in list_fleets(session)]
     return templates.TemplateResponse(request, "fleets.html", {"fleets": fleets})

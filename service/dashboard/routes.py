@@ -15,21 +15,19 @@ import plotly
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 
 from ..app import crud
 from ..app.api.deps import PageNumber, RowId, SessionDep, SettingsDep
 from ..app.api.routes.health import service_health
 from ..app.core.errors import ApiError
 from . import views
-from .filters import install_filters
+from .fleets import router as fleets_router
+from .templating import templates
 
 HERE = Path(__file__).resolve().parent
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 MODELS_PER_PAGE = 50
 
-templates = Jinja2Templates(directory=HERE / "templates")
-install_filters(templates.env)
 router = APIRouter(include_in_schema=False)
 
 
@@ -125,8 +123,6 @@ def plotly_js() -> FileResponse:
 
 def install_dashboard(app: FastAPI, dependencies: Sequence[Any] = ()) -> None:
     """Add the pages (behind ``dependencies``), ``/vendor/plotly.min.js`` and ``/static``."""
-    from .fleets import router as fleets_router
-
     app.include_router(router, dependencies=list(dependencies))
     app.include_router(fleets_router, dependencies=list(dependencies))
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")

@@ -21,6 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from convtune.tuner.errors import ConvtuneError
 
+from .busy import RETRY_AFTER_SECONDS, is_busy
+
 log = logging.getLogger(__name__)
 
 
@@ -48,6 +50,16 @@ class BodyTooLarge(StarletteHTTPException):
 
 def not_found(what: str, ident: object) -> ApiError:
     return ApiError(404, "not_found", f"{what} {ident} does not exist")
+
+
+def busy_error() -> ApiError:
+    """A busy database is the server's problem, not the client's: 503 with Retry-After."""
+    return ApiError(
+        503,
+        "database_busy",
+        f"the database is busy; retry in {RETRY_AFTER_SECONDS} s",
+        {"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def convtune_error_code(exc: ConvtuneError) -> str:
@@ -107,9 +119,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
-        # Imported here: dbbusy builds its ApiError from this module.
-        from ..dbbusy import busy_error, is_busy
-
         if is_busy(exc):
             busy = busy_error()
             log.warning("database busy on %s %s", request.method, request.url.path)

@@ -1,0 +1,12 @@
+"""The dashboard's Jinja environment, with its filters: one for every page module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.templating import Jinja2Templates
+
+from .filters import install_filters
+
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+install_filters(templates.env)
