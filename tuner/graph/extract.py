@@ -26,9 +26,9 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from convtune.schedules.layout import ConvBlockingError, LayoutPlan, blocked_layout
-from convtune.schedules.winograd import TILE_SIZES
-from convtune.schedules.winograd_nchwc import is_winograd_nchwc, winograd_tile
+from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
+from convtune.schedules.ops.winograd import TILE_SIZES
+from convtune.schedules.spaces.winograd_nchwc import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
@@ -156,7 +156,7 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
         ) from None
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
-    # Folding the scaled weights to constants here lets the layout pass (schedules/layout.py)
+    # Folding the scaled weights to constants here lets the layout pass (tuner/graph/layout.py)
     # pack them with numpy: a weight that is still arithmetic would be packed at run time.
     # A BatchNorm that follows no conv (DenseNet's pre-activation ones) becomes a per-channel
     # multiply-add of constants, which the blocked layout carries (batch_norm it cannot).
@@ -223,6 +223,27 @@ def _call_sites(fused: IRModule) -> list[str]:
     return names
 
 
+def _conv_keys(
+    node: onnx.NodeProto,
+    attrs: dict[str, Any],
+    x: Sequence[int],
+    w: Sequence[int],
+    y: Sequence[int],
+) -> dict[str, Any]:
+    """A Conv's or ConvTranspose's description, ONNX's defaults filled in."""
+    rank = len(w) - 2
+    return {
+        "input": list(x),
+        "weight": list(w),
+        "output": list(y),
+        "strides": list(attrs.get("strides", [1] * rank)),
+        "pads": list(attrs.get("pads", [0] * 2 * rank)),
+        "dilations": list(attrs.get("dilations", [1] * rank)),
+        "groups": int(attrs.get("group", 1)),
+        "bias": len(node.input) > 2 and bool(node.input[2]),
+    }
+
+
 def _onnx_anchor(
     node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]
 ) -> tuple[_Anchor, dict[str, Any]] | None:
@@ -232,17 +253,7 @@ def _onnx_anchor(
         y = shapes.get(node.output[0])
         if x is None or w is None or y is None:
             return None
-        rank = len(w) - 2
-        desc = {
-            "input": list(x),
-            "weight": list(w),
-            "output": list(y),
-            "strides": list(attrs.get("strides", [1] * rank)),
-            "pads": list(attrs.get("pads", [0] * 2 * rank)),
-            "dilations": list(attrs.get("dilations", [1] * rank)),
-            "groups": int(attrs.get("group", 1)),
-            "bias": len(node.input) > 2 and bool(node.input[2]),
-        }
+        desc = _conv_keys(node, attrs, x, w, y)
         if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             desc["auto_pad"] = (
                 attrs["auto_pad"].decode()
@@ -259,18 +270,10 @@ def _onnx_anchor(
             return None
         groups = int(attrs.get("group", 1))
         reduction = w[0] // groups * math.prod(w[2:])
-        rank = len(w) - 2
         # The same keys as a Conv's: every reader of a conv description (shape_text, the
         # dashboard, the layer page) takes both.
         desc = {
-            "input": list(x),
-            "weight": list(w),
-            "output": list(y),
-            "strides": list(attrs.get("strides", [1] * rank)),
-            "pads": list(attrs.get("pads", [0] * 2 * rank)),
-            "dilations": list(attrs.get("dilations", [1] * rank)),
-            "groups": groups,
-            "bias": len(node.input) > 2 and bool(node.input[2]),
+            **_conv_keys(node, attrs, x, w, y),
             "transposed": True,
             "flops": 2.0 * math.prod(y) * reduction,
         }
@@ -332,7 +335,7 @@ def model_for_target(
     winograd_tiles: dict[int, int] | None = None,
 ) -> RelaxModel:
     """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
-    convolutions in the blocked layout (schedules/layout.py), those of ``winograd_tiles`` (conv
+    convolutions in the blocked layout (tuner/graph/layout.py), those of ``winograd_tiles`` (conv
     index → tile) as Winograd where they can be.
 
     The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
