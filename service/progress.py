@@ -8,12 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
+from convtune.tuner.tables import clock
 
 #: Events that move a job to its next phase: the CLI and the worker log a line for each.
 PHASE_EVENTS = ("search_planned", "confirmed", "build_started", "verified")
@@ -96,13 +91,13 @@ class TuneProgress:
             f"trials {self.trials_done}/{total}"
             + (f" ({100 * self.trials_done // total}%)" if total else "")
         ]
-        parts.append(f"elapsed {_clock(self.elapsed())}")
+        parts.append(f"elapsed {clock(self.elapsed())}")
         budget = self.budget_left()
         if budget is not None:
-            parts.append(f"budget left {_clock(budget)}")
+            parts.append(f"budget left {clock(budget)}")
         eta = self.eta() if self.searching else None
         if eta is not None:
-            parts.append(f"ETA {_clock(eta)}")
+            parts.append(f"ETA {clock(eta)}")
         return " · ".join(parts)
 
     def batch_line(self) -> str:

@@ -22,6 +22,14 @@ def fmt(value: float | None, spec: str) -> str:
     return MISSING if value is None else format(value, spec)
 
 
+def clock(seconds: float) -> str:
+    """A duration as a clock reads, ``1:05`` or ``2:01:05`` (negative: ``0:00``): the CLI's live
+    view, the server log and the dashboard print elapsed time, budget left and ETA alike."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 @dataclass(frozen=True)
 class Column:
     header: str

@@ -25,7 +25,7 @@ from convtune.db.models import (
 )
 from convtune.db.stats import NO_RECORDS, record_stats
 from convtune.service.progress import NOTICE_EVENTS, notice
-from convtune.tuner.options import task_budget
+from convtune.service.readmodels import job_progress
 
 from .core.errors import ApiError, not_found
 from .schemas import JobCreate, JobOut, LayerProgress, ModelOut, ModelSummary, WorkloadOut
@@ -148,40 +148,6 @@ def create_job(
     return job, True
 
 
-class LayerBudgets:
-    """How many trials each layer of a job gets in all (its records before the job included).
-
-    Since the Conv/Gemm tasks share a pool split by expected gain (``tuner.search.plan_search``),
-    a layer's budget is what the job's latest ``search_planned`` event allocated to it; a layer
-    absent from that plan had all its trials already. Before the job plans (queued, extracting)
-    the budget is the flat per-task figure of its options.
-    """
-
-    def __init__(self, session: Session, job: JobRow | None) -> None:
-        options = (job.options or {}) if job is not None else {}
-        self.per_task = int(options.get("trials_per_task") or 0)
-        self.planned: dict[int, int] | None = None
-        if job is not None:
-            payload = session.scalars(
-                select(JobEventRow.payload)
-                .where(JobEventRow.job_id == job.id, JobEventRow.kind == "search_planned")
-                .order_by(JobEventRow.id.desc())
-                .limit(1)
-            ).first()
-            if isinstance(payload, dict):
-                self.planned = {
-                    int(row["task_index"]): int(row["budget"])
-                    for row in payload.get("allocation", [])
-                    if isinstance(row, dict) and "task_index" in row and "budget" in row
-                }
-
-    def of(self, row: ModelWorkloadRow, trials: int) -> int | None:
-        """The budget of layer ``row`` with ``trials`` recorded; None without a job."""
-        if self.planned is not None:
-            return self.planned.get(row.position, trials)
-        return task_budget(row.kind, self.per_task) if self.per_task else None
-
-
 def _job_notes(session: Session, job_id: int) -> dict[str, Any]:
     """The job's fallback lines (``NOTICE_EVENTS``, in order) and its last ``compared``
     payload (the check against onnxruntime)."""
@@ -196,38 +162,9 @@ def _job_notes(session: Session, job_id: int) -> dict[str, Any]:
 
 
 def job_out(session: Session, job: JobRow) -> JobOut:
-    """The job with per-layer progress from ``tuning_records``.
-
-    A layer's ``trials`` counts every record of its workload, as the search does when it resumes
-    (trials of earlier jobs or other models count); ``trials_this_job`` only this job's.
-    """
-    rows = _model_workloads(session, job.model_id)
-    workload_ids = [r.workload_id for r in rows]
-    mine = record_stats(session, workload_ids, job_id=job.id)
-    overall = record_stats(session, workload_ids)
-    layer_budgets = LayerBudgets(session, job)
-    progress = []
-    # Layers sharing one workload are tuned once: totals count each workload once.
-    budgets: dict[int, int] = {}
-    for row in rows:
-        key = row.workload_id if row.workload_id is not None else -1
-        trials, best, _ = overall.get(key, NO_RECORDS)
-        budget = layer_budgets.of(row, trials) or 0
-        progress.append(
-            LayerProgress(
-                position=row.position,
-                workload_id=row.workload_id,
-                op=row.op,
-                kind=row.kind,
-                onnx_nodes=row.onnx_nodes,
-                trials=trials,
-                trials_this_job=mine.get(key, NO_RECORDS).trials,
-                budget=budget,
-                best_gflops=best,
-            )
-        )
-        if row.workload_id is not None:
-            budgets[row.workload_id] = budget
+    """The job with its per-layer progress (:func:`~convtune.service.readmodels.job_progress`,
+    which the dashboard shows too); a figure the read model leaves None is 0 here."""
+    progress = job_progress(session, job.model_id, job)
     return JobOut(
         id=job.id,
         model_id=job.model_id,
@@ -243,9 +180,22 @@ def job_out(session: Session, job: JobRow) -> JobOut:
         finished_at=job.finished_at,
         error=job.error,
         artifact_id=job.artifact_id,
-        trials_done=sum(min(overall.get(w, NO_RECORDS).trials, b) for w, b in budgets.items()),
-        trials_budget=sum(budgets.values()),
-        progress=progress,
+        trials_done=progress.trials_done,
+        trials_budget=progress.trials_budget or 0,
+        progress=[
+            LayerProgress(
+                position=layer.position,
+                workload_id=layer.workload_id,
+                op=layer.op,
+                kind=layer.kind,
+                onnx_nodes=layer.onnx_nodes,
+                trials=layer.trials,
+                trials_this_job=layer.trials_this_job or 0,
+                budget=layer.budget or 0,
+                best_gflops=layer.best_gflops,
+            )
+            for layer in progress.layers
+        ],
         **_job_notes(session, job.id),
     )
 

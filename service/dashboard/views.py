@@ -23,18 +23,24 @@ from convtune.db.models import (
     TuningRecordRow,
     WorkloadRow,
 )
-from convtune.db.stats import NO_RECORDS, RecordStats, record_stats
 from convtune.tuner.options import Algorithm, Layout, TuneOptions
-from convtune.tuner.tables import layout_label
+from convtune.tuner.tables import clock, layout_label
 
 from ..app.core.errors import not_found
-from ..app.crud import LayerBudgets
+from ..readmodels import (
+    CONTENDERS,
+    BenchSummary,
+    LayerProgress,
+    ProfileRow,
+    bench_summary,
+    job_progress,
+    profile_rows,
+)
 from . import series
 from .traces import summarize_trace
 
 BYTES_PER_ELEMENT = 4  # fp32
 ORT_OTHER_PREFIX = "(onnxruntime"
-CONTENDERS = ("untuned", "tuned", "onnxruntime", "openvino")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,14 +62,6 @@ def _latest_artifact(session: Session, model_id: int) -> ArtifactRow | None:
         .order_by(ArtifactRow.id.desc())
         .limit(1)
     ).first()
-
-
-def _bench_result(artifact: ArtifactRow | None, contender: str) -> dict[str, Any] | None:
-    bench = artifact.bench if artifact is not None else None
-    if not isinstance(bench, dict):
-        return None
-    result = (bench.get("results") or {}).get(contender)
-    return result if isinstance(result, dict) else None
 
 
 def artifact_view(artifact: ArtifactRow | None) -> dict[str, Any] | None:
@@ -164,9 +162,10 @@ def _best_latency(session: Session, model_id: int) -> tuple[float | None, float 
     for artifact in session.scalars(
         select(ArtifactRow).where(ArtifactRow.model_id == model_id, ArtifactRow.bench.is_not(None))
     ):
-        tuned = _bench_result(artifact, "tuned")
-        if tuned and tuned.get("median_ms") and (best[0] is None or tuned["median_ms"] < best[0]):
-            best = (tuned["median_ms"], tuned.get("time_vs_ort"))
+        bench = bench_summary(artifact)
+        ms = bench.tuned_ms
+        if ms and (best[0] is None or ms < best[0]):
+            best = (ms, bench.time_vs_ort)
     return best
 
 
@@ -193,11 +192,8 @@ def _error_counts(session: Session, workload_ids: list[int]) -> dict[int, tuple[
     return {wid: (int(b or 0), int(r or 0)) for wid, b, r in session.execute(query)}
 
 
-def _profile_by_task(artifact: ArtifactRow | None) -> dict[str, dict[str, Any]]:
-    profile = artifact.profile if artifact is not None else None
-    if not isinstance(profile, list):
-        return {}
-    return {row["layer"]: row for row in profile if isinstance(row, dict) and "layer" in row}
+def _profile_by_task(profile: list[ProfileRow]) -> dict[str, ProfileRow]:
+    return {row.layer: row for row in profile if row.layer is not None}
 
 
 def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[str, Any]:
@@ -217,54 +213,38 @@ def layer_page(session: Session, model: ModelRow, job: JobRow | None) -> dict[st
     )
     target_id = job.target_id if job is not None else (artifact.target_id if artifact else None)
     peak = peak_of(session, target_id)
-    budgets_of = LayerBudgets(session, job)
-    mws = session.scalars(
-        select(ModelWorkloadRow)
-        .where(ModelWorkloadRow.model_id == model.id)
-        .order_by(ModelWorkloadRow.position, ModelWorkloadRow.id)
-    ).all()
-    ids = sorted({m.workload_id for m in mws if m.workload_id is not None})
-    stats = record_stats(session, ids)
+    progress = job_progress(session, model.id, job)
+    ids = sorted({p.workload_id for p in progress.layers if p.workload_id is not None})
     errors = _error_counts(session, ids)
-    profile = _profile_by_task(artifact)
-    rows = [_layer_row(mw, stats, errors, profile, budgets_of, peak) for mw in mws]
+    profile = profile_rows(artifact)
+    by_task = _profile_by_task(profile)
+    rows = [_layer_row(layer, errors, by_task, peak) for layer in progress.layers]
     _fill_shares(rows)
     rows.sort(key=_cost_key)
-    # Layers sharing a workload are tuned once: totals count each workload once.
-    trials = {r["workload_id"]: r["trials"] for r in rows if r["workload_id"] is not None}
-    budgets = {w: r["budget"] for r in rows if (w := r["workload_id"]) is not None and r["budget"]}
-    done = sum(min(n, budgets[w]) if w in budgets else n for w, n in trials.items())
-    tuned, ort = _bench_result(artifact, "tuned"), _bench_result(artifact, "onnxruntime")
-    openvino = _bench_result(artifact, "openvino")
+    bench = bench_summary(artifact)
     return {
         "model": {"id": model.id, "name": model.name, "sha256": model.sha256},
         "job": _job_view(job),
         "peak_gflops": peak,
         "rows": rows,
-        "trials_done": done,
-        "trials_budget": sum(budgets.values()) if budgets else None,
-        "progress": _progress_text(job, done, sum(budgets.values()) if budgets else None),
+        "trials_done": progress.trials_done,
+        "trials_budget": progress.trials_budget,
+        "progress": _progress_text(job, progress.trials_done, progress.trials_budget),
         "artifact": artifact_view(artifact),
         "bench": {
-            "tuned_ms": tuned.get("median_ms") if tuned else None,
-            "ort_ms": ort.get("median_ms") if ort else None,
-            "time_vs_ort": tuned.get("time_vs_ort") if tuned else None,
-            "openvino_ms": openvino.get("median_ms") if openvino else None,
-            "threads": artifact.bench.get("threads") if artifact and artifact.bench else None,
+            "tuned_ms": bench.tuned_ms,
+            "ort_ms": bench.ort_ms,
+            "time_vs_ort": bench.time_vs_ort,
+            "openvino_ms": bench.openvino_ms,
+            "threads": bench.threads,
         },
         "notes": artifact_notes(artifact),
-        "time_split": time_split(rows, artifact),
-        "top": top_layers(rows, artifact),
-        "convergence": convergence(session, mws, job),
-        "profiled": bool(profile),
+        "time_split": time_split(profile, bench),
+        "top": top_layers(profile),
+        "convergence": convergence(session, progress.layers, job),
+        "profiled": bool(by_task),
         "over_peak": any((r["pct_peak"] or 0.0) > 100.0 for r in rows),
     }
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def _progress_text(job: JobRow | None, done: int, budget: int | None) -> str | None:
@@ -275,15 +255,15 @@ def _progress_text(job: JobRow | None, done: int, budget: int | None) -> str | N
     end = job.finished_at or datetime.now(UTC)
     elapsed = (end - job.started_at).total_seconds()
     if job.finished_at is not None:
-        return f"ran {_clock(elapsed)}"
-    parts = [f"elapsed {_clock(elapsed)}"]
+        return f"ran {clock(elapsed)}"
+    parts = [f"elapsed {clock(elapsed)}"]
     minutes = (job.options or {}).get("budget_minutes")
     left = max(0.0, float(minutes) * 60.0 - elapsed) if minutes else None
     if left is not None:
-        parts.append(f"budget left {_clock(left)}")
+        parts.append(f"budget left {clock(left)}")
     if budget and 0 < done < budget:
         eta = elapsed / done * (budget - done)
-        parts.append(f"ETA {_clock(min(eta, left) if left is not None else eta)}")
+        parts.append(f"ETA {clock(min(eta, left) if left is not None else eta)}")
     return " · ".join(parts)
 
 
@@ -311,19 +291,16 @@ def _job_view(job: JobRow | None) -> dict[str, Any] | None:
 
 
 def _layer_row(
-    mw: ModelWorkloadRow,
-    stats: dict[int, RecordStats],
+    mw: LayerProgress,
     errors: dict[int, tuple[int, int]],
-    profile: dict[str, dict[str, Any]],
-    budgets: LayerBudgets,
+    profile: dict[str, ProfileRow],
     peak: float | None,
 ) -> dict[str, Any]:
     wid = mw.workload_id
-    stat = stats.get(wid, NO_RECORDS) if wid is not None else NO_RECORDS
     task = str(mw.description.get("task", ""))
-    prof = profile.get(task, {})
-    best, best_ms = stat.best_gflops, stat.best_ms
-    profile_ms, ort_ms = prof.get("ms"), prof.get("ort_ms")
+    prof = profile.get(task)
+    best, best_ms = mw.best_gflops, mw.best_ms
+    profile_ms, ort_ms = (prof.ms, prof.ort_ms) if prof is not None else (None, None)
     return {
         "position": mw.position,
         "workload_id": wid,
@@ -332,14 +309,14 @@ def _layer_row(
         "op": mw.op if mw.kind != "other" and mw.op else _fused_label(task),
         "kind": mw.kind,
         "shape": str(mw.description.get("shape", "")),
-        # Convs only: "NCHW16c" when blocked (schedules/layout.py), else "NCHW" and why; a
+        # Convs only: "NCHW16c" when blocked (tuner/graph/layout.py), else "NCHW" and why; a
         # Winograd alternative of a conv says so (tuner/algorithms.py picks one per conv).
         "layout": layout_label(mw.description),
         "layout_reason": str(mw.description.get("layout_reason", "")),
         "flops": mw.flops,
         "occurrences": mw.occurrences,
-        "trials": stat.trials,
-        "budget": budgets.of(mw, stat.trials),
+        "trials": mw.trials,
+        "budget": mw.budget,
         "best_gflops": best,
         "pct_peak": 100.0 * best / peak if best and peak else None,
         # Time of the layer in one inference: every occurrence runs the same kernel.
@@ -372,24 +349,18 @@ def _fill_shares(rows: list[dict[str, Any]]) -> None:
         row["share"] = ms / total if total and ms is not None else None
 
 
-def _profile_rows(artifact: ArtifactRow | None) -> list[dict[str, Any]]:
-    profile = artifact.profile if artifact is not None else None
-    return [r for r in profile if isinstance(r, dict)] if isinstance(profile, list) else []
-
-
-def _layer_label(prow: dict[str, Any], limit: int = 2) -> str:
-    nodes = [str(n) for n in prow.get("onnx_nodes") or []]
+def _layer_label(prow: ProfileRow, limit: int = 2) -> str:
+    nodes = prow.onnx_nodes
     if nodes:
         more = f" +{len(nodes) - limit}" if len(nodes) > limit else ""
         return ", ".join(nodes[:limit]) + more
-    return str(prow.get("layer", "?"))
+    return prow.layer if prow.layer is not None else "?"
 
 
-def _op_kind(prow: dict[str, Any]) -> str:
-    layer = str(prow.get("layer", ""))
-    if layer.startswith(ORT_OTHER_PREFIX):
+def _op_kind(prow: ProfileRow) -> str:
+    if (prow.layer or "").startswith(ORT_OTHER_PREFIX):
         return "onnxruntime only"
-    op = str(prow.get("op") or "")
+    op = prow.op
     return op if op in ("Conv", "Gemm", "MatMul", "ConvTranspose") else "elementwise / other"
 
 
@@ -397,7 +368,7 @@ def _op_kind(prow: dict[str, Any]) -> str:
 NAMED_SEGMENTS = 6
 
 
-def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict[str, Any]:
+def time_split(profile: list[ProfileRow], bench: BenchSummary) -> dict[str, Any]:
     """Stacked-bar data: per contender, ms per segment, one colour (``kind``) per op kind.
 
     From the artifact's profile only: the ``NAMED_SEGMENTS`` slowest layers (by the larger of
@@ -405,10 +376,9 @@ def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict
     are summed per op kind. A contender known only end to end (bench) gets one "whole model"
     segment. Without a profile there is no per-layer split: ``source`` says so.
     """
-    profile = _profile_rows(artifact)
     segments: list[dict[str, Any]] = []
     if profile:
-        ranked = sorted(profile, key=lambda r: -max(r.get("ms") or 0.0, r.get("ort_ms") or 0.0))
+        ranked = sorted(profile, key=lambda r: -max(r.ms or 0.0, r.ort_ms or 0.0))
         rest: dict[str, list[float]] = {}
 
         def bar(ours: float, theirs: float) -> list[float | None]:
@@ -419,7 +389,7 @@ def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict
 
         for i, prow in enumerate(ranked):
             kind = _op_kind(prow)
-            ours, theirs = prow.get("ms") or 0.0, prow.get("ort_ms") or 0.0
+            ours, theirs = prow.ms or 0.0, prow.ort_ms or 0.0
             if i < NAMED_SEGMENTS and not kind.startswith("onnxruntime"):
                 segments.append({"name": _layer_label(prow), "kind": kind, "y": bar(ours, theirs)})
             else:
@@ -434,10 +404,10 @@ def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict
         source = "nothing yet: the artifact is profiled after its job"
     known = {c for seg in segments for c, v in zip(CONTENDERS, seg["y"], strict=True) if v}
     for i, contender in enumerate(CONTENDERS):
-        bench = _bench_result(artifact, contender)
-        if contender not in known and bench and bench.get("median_ms"):
+        ms = bench.median_ms(contender)
+        if contender not in known and ms:
             y: list[float | None] = [None] * len(CONTENDERS)
-            y[i] = bench["median_ms"]
+            y[i] = ms
             segments.append(
                 {"name": f"whole model ({contender}, bench)", "kind": "whole model", "y": y}
             )
@@ -447,27 +417,23 @@ def time_split(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict
 TOP_N = 10
 
 
-def top_layers(rows: list[dict[str, Any]], artifact: ArtifactRow | None) -> dict[str, Any]:
+def top_layers(profile: list[ProfileRow]) -> dict[str, Any]:
     """The ``TOP_N`` layers taking the most time in the profile (ours and onnxruntime's)."""
-    profile = [
-        r
-        for r in _profile_rows(artifact)
-        if not str(r.get("layer", "")).startswith(ORT_OTHER_PREFIX)
-    ]
-    profile.sort(key=lambda r: -(r.get("ms") or 0.0))
-    total = sum(r.get("ms") or 0.0 for r in profile)
-    top = profile[:TOP_N]
+    ours = [r for r in profile if not (r.layer or "").startswith(ORT_OTHER_PREFIX)]
+    ours.sort(key=lambda r: -(r.ms or 0.0))
+    total = sum(r.ms or 0.0 for r in ours)
+    top = ours[:TOP_N]
     return {
         "labels": [_layer_label(r) for r in top],
         "kinds": [_op_kind(r) for r in top],
-        "ours_ms": [r.get("ms") for r in top],
-        "ort_ms": [r.get("ort_ms") for r in top],
-        "share": [(r.get("ms") or 0.0) / total if total else None for r in top],
+        "ours_ms": [r.ms for r in top],
+        "ort_ms": [r.ort_ms for r in top],
+        "share": [(r.ms or 0.0) / total if total else None for r in top],
     }
 
 
 def convergence(
-    session: Session, mws: Sequence[ModelWorkloadRow], job: JobRow | None
+    session: Session, mws: Sequence[LayerProgress | ModelWorkloadRow], job: JobRow | None
 ) -> dict[str, Any]:
     """Best-so-far GFLOP/s of every tuned layer against seconds since the job started (the
     job's own trials; all trials of the model's workloads without a job)."""
@@ -631,12 +597,13 @@ def _best_view(record: TuningRecordRow | None) -> dict[str, Any] | None:
 
 
 #: How many of a workload's fastest trials may be the one a confirmation re-measured (it takes
-#: at most 3, tuner/confirm.py, from the fastest when it ran, which no newer trial displaced).
+#: at most 3, tuner/search/confirm.py, from the fastest when it ran, which no newer trial
+#: displaced).
 CONFIRMED_SOURCES = 8
 
 
 def _built_view(session: Session, workload_id: int) -> dict[str, Any] | None:
-    """What a build of the layer uses when a confirmation counts (tuner/confirm.py): the
+    """What a build of the layer uses when a confirmation counts (tuner/search/confirm.py): the
     re-measured figure and the trial it re-measured; None when the build takes the fastest
     trial (no confirmation, or a trial came after it)."""
     confirmed = session.scalars(TuningRecordRow.confirmed_query(workload_id)).first()

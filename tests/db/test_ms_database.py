@@ -14,6 +14,7 @@ from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 from convtune.db.models import CURRENT_TIMING, TargetRow, Timing, TuningRecordRow, WorkloadRow
 from convtune.db.ms_database import SQLDatabase, mean_run_sec, target_key
+from convtune.db.records import RecordRepository
 from convtune.db.session import make_engine, session_factory
 
 from .tir_helpers import OTHER_TARGET, TARGET, args_info, matmul, tiled_schedule
@@ -407,3 +408,27 @@ def test_a_record_replays_on_the_function_its_trace_names_or_is_no_schedule(db_e
     sch = db.records.replayed_schedule(on_twin, twin)
     assert tvm_ffi.structural_equal(sch.mod, tiled_schedule(twin, name="D").mod)
     assert db.records.replayed_schedule(on_twin) is None
+
+
+def test_the_adapter_and_a_repository_without_tvm_share_the_rows(db_engine):
+    """Code that never hands the database to TVM builds the repository alone: it sees what the
+    adapter committed, and the adapter sees its trials (one implementation, two ways in)."""
+    db = SQLDatabase(db_engine, TARGET)
+    repo = RecordRepository(db_engine, TARGET)
+    assert repo.target_id == db.records.target_id
+    mod = matmul(64)
+    db.commit_tuning_record(_record(db, mod, [2e-4]))
+    wid = repo.workload_id(mod)
+    assert wid == db.records.find_workload(mod)
+    assert repo.count_trials(wid) == 1 and repo.count_records() == len(db) == 1
+    trace = tiled_schedule(mod, inner=4).trace.as_json()
+    info = [a.as_json() for a in args_info(mod)]
+    repo.record_trial(
+        wid, trace_json=trace, run_secs=[1e-4], args_info_json=info, error=None, trial_index=0,
+        space="s", job_id=None, flops=None,
+    )  # fmt: skip
+    [best] = db.get_top_k(db.commit_workload(mod), 1)
+    assert _secs(best) == pytest.approx([1e-4])
+    assert db.records.best_record(wid).id == repo.build_candidates(wid)[0].id
+    assert repo.best_record(wid).gflops == pytest.approx(FLOPS_64 / 1e-4 / 1e9)
+    assert db.query_tuning_record(mod, TARGET, "main") is not None
