@@ -22,8 +22,9 @@ from convtune.service.cli_common import (
 )
 from convtune.service.cli_fleets import device_app, fleets_app
 from convtune.service.cli_perf import perf_app
-from convtune.service.progress import PHASE_EVENTS, TuneProgress, notice
+from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.events import Event, TrialBatch
 from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
 
 app = typer.Typer(
@@ -129,7 +130,7 @@ class Progress:
 
     def __init__(self, budget_minutes: float | None, *, live: bool | None = None) -> None:
         self.state = TuneProgress(budget_minutes=budget_minutes)
-        self.rows: dict[int, dict[str, Any]] = {}
+        self.rows: dict[int, TrialBatch] = {}
         self.is_live = sys.stdout.isatty() if live is None else live
         self.console = Console() if self.is_live else Console(width=200)
         self.live: Live | None = (
@@ -153,28 +154,28 @@ class Progress:
             table.add_column(column)
         for row in self.rows.values():
             table.add_row(
-                row["task"],
-                row["op"],
-                row["shape"],
-                f"{row['trials']}/{row['budget']}",
-                f"{row['best_gflops']:.1f}" if row.get("best_gflops") else "-",
-                f"{row['best_ms']:.3f}" if row.get("best_ms") else "-",
+                row.task,
+                row.op,
+                row.shape,
+                f"{row.trials}/{row.budget}",
+                f"{row.best_gflops:.1f}" if row.best_gflops else "-",
+                f"{row.best_ms:.3f}" if row.best_ms else "-",
             )
         return table
 
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        self.state.update(kind, payload)
-        if kind == "trial_batch":
-            self.rows[payload["task_index"]] = payload
-        line = notice(kind, payload)
+    def __call__(self, event: Event) -> None:
+        self.state.update(event)
+        if isinstance(event, TrialBatch):
+            self.rows[event.task_index] = event
+        line = event.notice
         if line is not None:
             # Printed above the live table (rich keeps it there), or as a plain line.
             self.console.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
         if self.live is not None:
             self.live.update(self._render())
-        elif kind == "trial_batch":
+        elif isinstance(event, TrialBatch):
             print(self.state.batch_line(), flush=True)
-        elif kind in PHASE_EVENTS:
+        elif event.is_phase:
             print(f"{self.state.phase} · {self.state.summary()}", flush=True)
 
 

@@ -6,26 +6,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from convtune.tuner.events import (
+    BuildStarted,
+    Confirmed,
+    Event,
+    SearchPlanned,
+    TrialBatch,
+    Verified,
+)
 from convtune.tuner.tables import clock
-
-#: Events that move a job to its next phase: the CLI and the worker log a line for each.
-PHASE_EVENTS = ("search_planned", "confirmed", "build_started", "verified")
-#: Events that say, in their payload's one-line ``message``, where the job fell back at the
-#: smallest scope (a space dropped for one task, a pass in the generic space, a build without
-#: Winograd or records, a model compiled NCHW): the CLI and the worker print each as a note.
-NOTICE_EVENTS = ("layout_fallback", "space_dropped", "search_fallback", "build_fallback")
-
-
-def notice(kind: str, payload: dict[str, Any]) -> str | None:
-    """The one line a :data:`NOTICE_EVENTS` event says; None for any other event."""
-    return str(payload.get("message", kind)) if kind in NOTICE_EVENTS else None
 
 
 @dataclass
 class TuneProgress:
-    """Trials done / planned, elapsed, budget left and an ETA, updated by ``update(kind, payload)``.
+    """Trials done / planned, elapsed, budget left and an ETA, updated by ``update(event)``.
 
     ``trials_done`` counts the trials of the tasks reported so far (their recorded trials,
     earlier runs included) plus, for a resumed run, the trials recorded before it of tasks not
@@ -36,26 +31,27 @@ class TuneProgress:
     started: float = field(default_factory=time.monotonic)
     planned: int = 0
     recorded_before: int = 0
-    per_task: dict[int, dict[str, Any]] = field(default_factory=dict)
-    last: dict[str, Any] | None = None
+    per_task: dict[int, TrialBatch] = field(default_factory=dict)
+    last: TrialBatch | None = None
     phase: str = "extracting tasks"
     searching: bool = True
 
-    def update(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "search_planned":
-            self.planned = int(payload.get("trials", 0))
-            self.recorded_before = int(payload.get("already_recorded", 0))
-            self.phase = f"tuning {payload.get('to_tune')} of {payload.get('tasks')} tasks"
-        elif kind == "trial_batch":
-            self.per_task[int(payload["task_index"])] = payload
-            self.last = payload
-        elif kind == "confirmed":
-            self.phase = f"confirmed: {payload.get('summary', '')}"
-        elif kind == "build_started":
-            self.phase = f"building ({payload.get('trials_measured', 0)} trials measured)"
-            self.searching = False
-        elif kind == "verified":
-            self.phase = "verified against onnxruntime"
+    def update(self, event: Event) -> None:
+        match event:
+            case SearchPlanned():
+                self.planned = int(event.trials)
+                self.recorded_before = int(event.already_recorded)
+                self.phase = f"tuning {event.to_tune} of {event.tasks} tasks"
+            case TrialBatch():
+                self.per_task[int(event.task_index)] = event
+                self.last = event
+            case Confirmed():
+                self.phase = f"confirmed: {event.summary}"
+            case BuildStarted():
+                self.phase = f"building ({event.trials_measured} trials measured)"
+                self.searching = False
+            case Verified():
+                self.phase = "verified against onnxruntime"
 
     @property
     def trials_total(self) -> int:
@@ -63,7 +59,7 @@ class TuneProgress:
 
     @property
     def trials_done(self) -> int:
-        seen = sum(int(p.get("trials", 0)) for p in self.per_task.values())
+        seen = sum(int(p.trials) for p in self.per_task.values())
         return min(max(seen, self.recorded_before), self.trials_total or seen)
 
     def elapsed(self) -> float:
@@ -102,12 +98,12 @@ class TuneProgress:
 
     def batch_line(self) -> str:
         """One line for the batch just measured: the overall summary, then that task's best."""
-        p = self.last or {}
-        best = p.get("best_gflops")
-        task = (
-            f"{p.get('task', '?')} ({p.get('op', '')} {p.get('shape', '')}) "
-            f"{p.get('trials', 0)}/{p.get('budget', 0)}, best "
-            + (f"{best:.1f} GFLOP/s ({p.get('best_ms') or 0:.4f} ms)" if best else "none yet")
+        p = self.last
+        if p is None:
+            return f"{self.summary()} · ? ( ) 0/0, best none yet"
+        best = p.best_gflops
+        task = f"{p.task} ({p.op} {p.shape}) {p.trials}/{p.budget}, best " + (
+            f"{best:.1f} GFLOP/s ({p.best_ms or 0:.4f} ms)" if best else "none yet"
         )
-        errors = f", {p['errors']} failed" if p.get("errors") else ""
+        errors = f", {p.errors} failed" if p.errors else ""
         return f"{self.summary()} · {task}{errors}"

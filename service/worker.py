@@ -41,8 +41,18 @@ from convtune.db.models import JobRow, JobStatus, ModelRow
 from convtune.db.session import make_engine, session_factory
 from convtune.service.app import queue
 from convtune.service.app.core.config import Settings
-from convtune.service.progress import PHASE_EVENTS, TuneProgress, notice
+from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.events import (
+    BuildCancelled,
+    Event,
+    Measured,
+    MeasureFailed,
+    MeasureStarted,
+    Paused,
+    TimeCap,
+    TrialBatch,
+)
 from convtune.tuner.measure.fleet import FleetUnavailable
 from convtune.tuner.options import TuneOptions
 
@@ -50,10 +60,6 @@ log = logging.getLogger("convtune.worker")
 
 # A job paused because its fleet cannot measure is claimed again after this many queue polls.
 FLEET_RETRY_POLLS = 30
-
-
-class _Abort(Exception):
-    """Raised from the event sink to leave ``tune_model`` before it builds."""
 
 
 class _JobWatch:
@@ -240,12 +246,12 @@ class Worker:
         try:
             with watch:
                 artifact_id = self._tune(job_id, watch)
-        except _Abort:
+        except BuildCancelled:  # its cancel hook: the search returned and nothing was built
             self._stopped(job_id, watch)
             return
         except FleetUnavailable as exc:  # trials so far are recorded; resume when it is back
             log.warning("job %d paused: %s", job_id, exc.message)
-            queue.record_event(self.sessions, job_id, "paused", {"reason": exc.message})
+            queue.record_event(self.sessions, job_id, Paused(reason=exc.message))
             queue.release(self.sessions, job_id, self.worker_id, f"paused: {exc.message}")
             self.shutdown.wait(FLEET_RETRY_POLLS * self.settings.poll_seconds)
             return
@@ -267,7 +273,7 @@ class Worker:
         if watch.capped:
             cap = self.settings.max_job_minutes
             payload = {"time_cap_minutes": cap}
-            queue.record_event(self.sessions, job_id, "time_cap", payload)
+            queue.record_event(self.sessions, job_id, TimeCap(time_cap_minutes=cap))
             log.warning("job %d: stopped at the wall-clock cap of %g min", job_id, cap)
         queue.finish(
             self.sessions,
@@ -309,19 +315,15 @@ class Worker:
         tune_options = TuneOptions.from_dict(options)
         progress = TuneProgress(budget_minutes=tune_options.budget_minutes)
 
-        def on_event(kind: str, payload: dict[str, Any]) -> None:
-            queue.record_event(self.sessions, job_id, kind, payload)
-            progress.update(kind, payload)
-            if kind == "trial_batch":
+        def on_event(event: Event) -> None:
+            queue.record_event(self.sessions, job_id, event)
+            progress.update(event)
+            if isinstance(event, TrialBatch):
                 log.info("job %d: %s", job_id, progress.batch_line())
-            elif notice(kind, payload) is not None:
-                log.warning("job %d: %s", job_id, notice(kind, payload))
-            elif kind in PHASE_EVENTS:
+            elif event.notice is not None:
+                log.warning("job %d: %s", job_id, event.notice)
+            elif event.is_phase:
                 log.info("job %d: %s · %s", job_id, progress.phase, progress.summary())
-            # The search has returned; stop here rather than build an artifact nobody wants
-            # (a job at its time cap is wanted: it builds what it found).
-            if kind == "build_started" and watch.aborting():
-                raise _Abort()
 
         with tvm_output_to(job_log_path(self.settings.data_dir, job_id)):
             result = tune_model(
@@ -332,6 +334,9 @@ class Worker:
                 job_id=job_id,
                 on_event=on_event,
                 should_stop=watch.should_stop,
+                # Once the search returned: a job cancelled, lost or shut down is not built (a job
+                # at its time cap is wanted: it builds what it found).
+                cancel=watch.aborting,
                 stored_path=model_path,
             )
             self._measure(job_id, result, ingested, tune_options)
@@ -346,7 +351,7 @@ class Worker:
         from convtune.tuner.target import make_target
 
         threads = int(result.manifest["threads"])
-        queue.record_event(self.sessions, job_id, "measure_started", {"threads": threads})
+        queue.record_event(self.sessions, job_id, MeasureStarted(threads=threads))
         try:
             doc = measure_artifact(
                 self.engine,
@@ -362,7 +367,7 @@ class Worker:
             log.warning(
                 "job %d: bench/profile of artifact %d failed: %s", job_id, result.artifact_id, exc
             )
-            queue.record_event(self.sessions, job_id, "measure_failed", {"error": str(exc)[:500]})
+            queue.record_event(self.sessions, job_id, MeasureFailed(error=str(exc)[:500]))
             return
         tuned = doc["results"].get("tuned", {})
         log.info(
@@ -373,8 +378,7 @@ class Worker:
         queue.record_event(
             self.sessions,
             job_id,
-            "measured",
-            {"median_ms": tuned.get("median_ms"), "time_vs_ort": tuned.get("time_vs_ort")},
+            Measured(median_ms=tuned.get("median_ms"), time_vs_ort=tuned.get("time_vs_ort")),
         )
 
     def close(self) -> None:

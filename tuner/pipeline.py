@@ -24,6 +24,19 @@ from convtune.db.ms_database import SQLDatabase
 from convtune.tuner.algorithms import choose_winograd, memory_bandwidth
 from convtune.tuner.artifact_files import MANIFEST_FORMAT, MANIFEST_NAME, file_sha256
 from convtune.tuner.errors import ConvtuneError, error_line
+from convtune.tuner.events import (
+    BuildCancelled,
+    BuildFallback,
+    BuildStarted,
+    Compared,
+    Confirmed,
+    Done,
+    Event,
+    EventSink,
+    Extracted,
+    LayoutFallback,
+    Verified,
+)
 from convtune.tuner.graph.extract import ModelTask, RelaxModel, extract_tasks, model_for_target
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.library import build_library, copy_library
@@ -40,7 +53,6 @@ from convtune.tuner.search.confirm import (
     not_confirmed,
 )
 from convtune.tuner.search.driver import SearchResult, run_search
-from convtune.tuner.search.recording import EventSink
 from convtune.tuner.search.space_check import DroppedSpace
 from convtune.tuner.target import make_target, target_threads
 
@@ -220,6 +232,7 @@ def tune_model(
     job_id: int | None = None,
     on_event: EventSink | None = None,
     should_stop: Callable[[], bool] | None = None,
+    cancel: Callable[[], bool] | None = None,
     stored_path: str | None = None,
 ) -> TuneResult:
     """Extract, search (resuming from the database), build, verify; returns the stored artifact.
@@ -228,8 +241,16 @@ def tune_model(
     written then, and the library is removed. With ``options.fleet``, trials are measured on the
     fleet's devices and the artifact is verified on one of them too; ``FleetUnavailable`` when
     the fleet cannot measure (the job pauses; what was measured is recorded).
+
+    ``should_stop`` ends the search (and confirmation) at its next measured batch; the artifact
+    is built from what was measured. ``cancel``, asked once the search has returned (right after
+    the ``build_started`` event), raises ``BuildCancelled`` instead of building.
     """
-    emit = on_event or (lambda kind, payload: None)
+
+    def emit(event: Event) -> None:
+        if on_event is not None:
+            on_event(event)
+
     fleet = find_fleet(engine, options.fleet) if options.fleet else None
     prepared = prepare_model(
         ingested,
@@ -242,15 +263,14 @@ def tune_model(
     threads = target_threads(prepared.target, options.threads)
     layout_plan = prepared.relax_model.layout_summary()
     emit(
-        "extracted",
-        {
-            "model_id": prepared.model_id,
-            "tasks": [t.as_dict() for t in prepared.tasks],
-            "layout": {k: v for k, v in layout_plan.items() if k != "convs"},
-        },
+        Extracted(
+            model_id=prepared.model_id,
+            tasks=[t.as_dict() for t in prepared.tasks],
+            layout={k: v for k, v in layout_plan.items() if k != "convs"},
+        )
     )
     for message in prepared.relax_model.fallbacks:
-        emit("layout_fallback", {"message": message})
+        emit(LayoutFallback(message=message))
     # The budget covers the search and the confirmation after it: the search leaves it a share.
     budget = options.budget_minutes
     deadline = time.monotonic() + budget * 60.0 if budget is not None else None
@@ -292,12 +312,11 @@ def tune_model(
             # Confirming only improves a choice the search already made: build without it.
             report, said = ConfirmReport(), not_confirmed(str(exc))
     emit(
-        "confirmed",
-        {
-            "summary": said,
-            "tasks": [c.as_dict() for c in report.confirmations],
-            "out_of_time": report.out_of_time,
-        },
+        Confirmed(
+            summary=said,
+            tasks=[c.as_dict() for c in report.confirmations],
+            out_of_time=report.out_of_time,
+        )
     )
     layers = layer_figures(prepared, search.dropped)
     winograd = choose_winograd(
@@ -313,14 +332,16 @@ def tune_model(
     # Nothing new measured and the same records chosen: the library built before is this one.
     reused = reusable_library(engine, prepared, key) if fleet is None else None
     emit(
-        "build_started",
-        {
-            "trials_measured": search.trials_measured,
-            "reason": search.reason,
-            "winograd_convs": len(winograd),
-            "reused_artifact": reused.id if reused is not None else None,
-        },
+        BuildStarted(
+            trials_measured=search.trials_measured,
+            reason=search.reason,
+            winograd_convs=len(winograd),
+            reused_artifact=reused.id if reused is not None else None,
+        )
     )
+    # The search has returned; stop here rather than build an artifact nobody wants.
+    if cancel is not None and cancel():
+        raise BuildCancelled()
     set_threads(threads)
     attempts = build_attempts(ingested, prepared, options.layout, relax_model, winograd, reused)
     so_path, verification, fallback = build_verified(
@@ -349,14 +370,14 @@ def tune_model(
     except Exception:
         so_path.unlink(missing_ok=True)
         raise
-    emit("verified", {**verification.as_dict(), "on_device": on_device})
+    emit(Verified(**verification.as_dict(), on_device=on_device))
     check = None
     if options.compare and fleet is None:  # a fleet's artifact runs on its devices, not here
         check = check_against_onnxruntime(
             ingested, so_path, target=prepared.target, threads=threads, layout=options.layout,
             winograd=winograd,
         )  # fmt: skip
-        emit("compared", check.as_dict())
+        emit(Compared(**check.as_dict()))
     manifest = {
         "format": MANIFEST_FORMAT,
         "model": {"name": ingested.name, "sha256": ingested.sha256},
@@ -409,7 +430,7 @@ def tune_model(
         session.add(artifact)
         session.flush()
         artifact_id = artifact.id
-    emit("done", {"artifact_id": artifact_id, "so_path": str(so_path)})
+    emit(Done(artifact_id=artifact_id, so_path=str(so_path)))
     return TuneResult(artifact_id, prepared.model_id, so_path, manifest, search)
 
 
@@ -488,7 +509,7 @@ def build_verified(
     failure: ConvtuneError | None = None
     for attempt in attempts:
         if failure is not None:
-            emit("build_fallback", {"message": f"building with {attempt.reason}: {failure}"})
+            emit(BuildFallback(message=f"building with {attempt.reason}: {failure}"))
         so_path: Path | None = None
         try:
             if attempt.reused is not None:

@@ -24,8 +24,8 @@ from convtune.db.models import (
     ModelWorkloadRow,
 )
 from convtune.db.stats import NO_RECORDS, record_stats
-from convtune.service.progress import NOTICE_EVENTS, notice
 from convtune.service.readmodels import job_progress
+from convtune.tuner.events import NOTE_KINDS, EventKind, Queued, parse_event
 
 from .core.errors import ApiError, not_found
 from .schemas import JobCreate, JobOut, LayerProgress, ModelOut, ModelSummary, WorkloadOut
@@ -133,7 +133,8 @@ def create_job(
     session.add(job)
     try:
         session.flush()
-        session.add(JobEventRow(job_id=job.id, kind="queued", payload={"options": options}))
+        queued = Queued(options=options)
+        session.add(JobEventRow(job_id=job.id, kind=queued.kind, payload=queued.as_dict()))
         session.commit()
     except IntegrityError:
         # A concurrent request with the same key won the insert.
@@ -149,15 +150,16 @@ def create_job(
 
 
 def _job_notes(session: Session, job_id: int) -> dict[str, Any]:
-    """The job's fallback lines (``NOTICE_EVENTS``, in order) and its last ``compared``
-    payload (the check against onnxruntime)."""
-    events = session.execute(
+    """The job's fallback lines (notice events, in order) and its last ``compared`` payload
+    (the check against onnxruntime)."""
+    rows = session.execute(
         select(JobEventRow.kind, JobEventRow.payload)
-        .where(JobEventRow.job_id == job_id, JobEventRow.kind.in_((*NOTICE_EVENTS, "compared")))
+        .where(JobEventRow.job_id == job_id, JobEventRow.kind.in_(NOTE_KINDS))
         .order_by(JobEventRow.id)
     ).all()
-    notes = [line for kind, payload in events if (line := notice(kind, payload)) is not None]
-    compared = [payload for kind, payload in events if kind == "compared"]
+    events = [parse_event(kind, payload) for kind, payload in rows]
+    notes = [event.notice for event in events if event.notice is not None]
+    compared = [event.as_dict() for event in events if event.kind == EventKind.COMPARED]
     return {"notes": notes, "peer_check": compared[-1] if compared else None}
 
 

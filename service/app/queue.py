@@ -26,6 +26,15 @@ from convtune.db.models import (
     WorkerRow,
     utcnow,
 )
+from convtune.tuner.events import (
+    Cancelled,
+    CancelRequested,
+    Claimed,
+    Event,
+    EventKind,
+    Released,
+    job_ended,
+)
 
 from .core.errors import ApiError
 
@@ -49,19 +58,15 @@ def _jsonable(payload: dict[str, Any] | None) -> dict[str, Any]:
     return json.loads(json.dumps(payload or {}, default=str))
 
 
-def append_event(
-    session: Session, job_id: int, kind: str, payload: dict[str, Any] | None = None
-) -> None:
+def append_event(session: Session, job_id: int, event: Event) -> None:
     """Add an event to ``session`` (the caller commits, together with its state change)."""
-    session.add(JobEventRow(job_id=job_id, kind=kind, payload=_jsonable(payload)))
+    session.add(JobEventRow(job_id=job_id, kind=event.kind, payload=_jsonable(event.as_dict())))
 
 
-def record_event(
-    factory: SessionFactory, job_id: int, kind: str, payload: dict[str, Any] | None = None
-) -> None:
+def record_event(factory: SessionFactory, job_id: int, event: Event) -> None:
     """Write and commit one event on its own."""
     with factory() as session:
-        append_event(session, job_id, kind, payload)
+        append_event(session, job_id, event)
         session.commit()
 
 
@@ -138,7 +143,7 @@ def claim_next(factory: SessionFactory, worker_id: str) -> int | None:
                 session.rollback()
                 continue
             attempts = session.scalar(select(JobRow.attempts).where(JobRow.id == job_id))
-            append_event(session, job_id, "claimed", {"worker_id": worker_id, "attempt": attempts})
+            append_event(session, job_id, Claimed(worker_id=worker_id, attempt=attempts))
             session.commit()
             return job_id
         session.rollback()
@@ -237,7 +242,7 @@ def requeue_stale(
                 payload["error"] = values["error"]
             else:
                 values["status"] = JobStatus.QUEUED
-                kind = "requeued"
+                kind = EventKind.REQUEUED
             done = _changed(
                 session,
                 update(JobRow)
@@ -249,7 +254,7 @@ def requeue_stale(
                 .values(**values),
             )
             if done == 1:
-                append_event(session, job_id, kind, payload)
+                append_event(session, job_id, job_ended(kind, payload))
                 moved.append(job_id)
                 log.warning("job %d: worker %s is gone → %s", job_id, worker_id, kind)
         session.commit()
@@ -281,7 +286,7 @@ def finish(
                 body["error"] = error
             if artifact_id is not None:
                 body["artifact_id"] = artifact_id
-            append_event(session, job_id, status, body)
+            append_event(session, job_id, job_ended(status, body))
         session.commit()
         return done == 1
 
@@ -296,7 +301,7 @@ def release(factory: SessionFactory, job_id: int, worker_id: str, reason: str) -
             .values(status=JobStatus.QUEUED, worker_id=None),
         )
         if done == 1:
-            append_event(session, job_id, "released", {"worker_id": worker_id, "reason": reason})
+            append_event(session, job_id, Released(worker_id=worker_id, reason=reason))
         session.commit()
         return done == 1
 
@@ -314,7 +319,7 @@ def request_cancel(session: Session, job_id: int) -> None:
         .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now),
     )
     if cancelled == 1:
-        append_event(session, job_id, "cancelled", {"while": "queued"})
+        append_event(session, job_id, Cancelled(while_=JobStatus.QUEUED))
         session.commit()
         return
     flagged = _changed(
@@ -324,7 +329,7 @@ def request_cancel(session: Session, job_id: int) -> None:
         .values(cancel_requested=True),
     )
     if flagged == 1:
-        append_event(session, job_id, "cancel_requested", {})
+        append_event(session, job_id, CancelRequested())
         session.commit()
         return
     session.rollback()

@@ -58,7 +58,11 @@ def _tune(ingested, out, engine, options: TuneOptions) -> tuple[TuneResult, list
     """``tune_model`` with its events kept: (result, event kinds in order, last payload by kind)."""
     events: list[tuple[str, dict]] = []
     result = tune_model(
-        ingested, out, options, engine=engine, on_event=lambda k, p: events.append((k, p))
+        ingested,
+        out,
+        options,
+        engine=engine,
+        on_event=lambda e: events.append((e.kind, e.as_dict())),
     )
     return result, [kind for kind, _ in events], dict(events)
 

@@ -15,7 +15,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm_ffi import structural_hash
 
-from convtune.schedules.registry import SPACES
+from convtune.schedules.spaces.registry import SPACES
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
@@ -152,7 +152,7 @@ def test_a_forced_failure_in_every_space_still_gives_a_verified_artifact(
         tmp_path / "out",
         TuneOptions(trials_per_task=1, seed=0, confirm=False),
         engine=sqlite_engine,
-        on_event=lambda kind, payload: seen.append((kind, payload)),
+        on_event=lambda event: seen.append((event.kind, event.as_dict())),
     )
     assert result.manifest["verification"]["passed"]
     dropped = {(p["space"], p["task"]) for kind, p in seen if kind == "space_dropped"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from bench.corpus.light import light_dir, light_model
-from convtune.schedules.isa import vector_lanes
+from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm, TuneOptions
 from convtune.tuner.pipeline import tune_model
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 def _events():
     seen: list[tuple[str, dict]] = []
-    return seen, lambda kind, payload: seen.append((kind, payload))
+    return seen, lambda event: seen.append((event.kind, event.as_dict()))
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ CONVTUNE = str(Path(sys.executable).with_name("convtune"))
 
 def _events() -> tuple[list[tuple[str, dict]], object]:
     seen: list[tuple[str, dict]] = []
-    return seen, lambda kind, payload: seen.append((kind, payload))
+    return seen, lambda event: seen.append((event.kind, event.as_dict()))
 
 
 def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_path, sqlite_engine):

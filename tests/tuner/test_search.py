@@ -84,7 +84,7 @@ def test_a_search_with_every_trial_recorded_measures_nothing(setup) -> None:
     events: list[str] = []
     result = run_search(
         tasks, database, target, trials_per_task=2, threads=1,
-        on_event=lambda kind, payload: events.append(kind),
+        on_event=lambda event: events.append(event.kind),
     )  # fmt: skip
     assert result.trials_measured == 0
     assert result.reason == "every task already has its trials"
@@ -99,7 +99,7 @@ def test_a_zero_minute_budget_measures_nothing_and_says_why(setup) -> None:
 
 
 def test_a_workload_exhausted_under_the_same_spaces_is_not_planned_again(setup) -> None:
-    from convtune.schedules.registry import SPACES
+    from convtune.schedules.spaces.registry import SPACES
     from convtune.tuner.search.budget import exhaustion_key
 
     tasks, database, _ = setup
@@ -120,8 +120,8 @@ def test_the_first_seed_round_covers_every_task_with_a_seeded_space(tmp_path) ->
     """One seed pass per round, not per space: the depthwise tasks of a mobile block are seeded in
     the first round next to the 1×1 convs (a time budget spent on the first spaces starved them),
     and a space a task already has trials of is not seeded again."""
-    from convtune.schedules.depthwise_conv import DepthwiseConvSpace
-    from convtune.schedules.registry import SPACES
+    from convtune.schedules.spaces.depthwise_nchwc import DepthwiseConvSpace
+    from convtune.schedules.spaces.registry import SPACES
     from convtune.tuner.search.driver import seed_rounds
     from tests.models import inverted_residual_net
 
@@ -161,7 +161,7 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
     """Early stop persists: a workload whose best did not improve in PATIENCE_BATCHES batches
     gets no trials from the same command again (a re-upload measures nothing), but does from a
     retune or under other spaces."""
-    from convtune.schedules.registry import SPACES
+    from convtune.schedules.spaces.registry import SPACES
     from convtune.tuner.search.budget import PATIENCE_BATCHES, exhaustion_key
 
     tasks, database, _ = setup

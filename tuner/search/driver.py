@@ -21,7 +21,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import XGBModel
@@ -29,9 +28,18 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace
-from convtune.schedules.registry import SPACES, union_space
+from convtune.schedules.spaces.base import DEFAULT_SPACE, ScheduleSpace
+from convtune.schedules.spaces.registry import SPACES, union_space
 from convtune.tuner.errors import ConvtuneError, error_line
+from convtune.tuner.events import (
+    CostModelSaved,
+    CostModelWarmStart,
+    EventSink,
+    SearchFallback,
+    SearchPlanned,
+    SpaceDropped,
+    emit,
+)
 from convtune.tuner.graph.extract import ModelTask
 from convtune.tuner.measure.fleet import Fleet
 from convtune.tuner.measure.results import peak_for_threads, stored_peak
@@ -52,7 +60,7 @@ from convtune.tuner.search.budget import (
 )
 from convtune.tuner.search.builder import CandidateBuilder
 from convtune.tuner.search.cost_model import CostModelStore, TrainCadence
-from convtune.tuner.search.recording import EventSink, RecordTrials, emit
+from convtune.tuner.search.recording import RecordTrials
 from convtune.tuner.search.space_check import (
     TaskSpaces,
     check_task_spaces,
@@ -138,8 +146,7 @@ def run_search(
             -(plan.outlooks[i].gain if plan.outlooks[i] else 0.0),
         ),
     )
-    if on_event is not None:
-        on_event("search_planned", planned_event(plan, active))
+    emit(on_event, planned_event(plan, active))
     if not active:
         result.reason = "every task already has its trials"
         return result
@@ -150,7 +157,7 @@ def run_search(
     )
     result.dropped = task_spaces.dropped  # the same list: drops during the search join it
     for dropped in task_spaces.dropped:
-        emit(on_event, "space_dropped", dropped.as_dict())
+        emit(on_event, SpaceDropped(**dropped.as_dict()))
     active = [i for i in active if task_spaces.of(i)]
     if not active:
         result.reason = "no schedule space could generate designs for the tasks left"
@@ -164,8 +171,7 @@ def run_search(
     warm = store.warm()
     if warm.source != "loaded" and warm.added:
         store.save(warm)  # The next job only adds the records measured after this one.
-    if on_event is not None:
-        on_event("cost_model_warm_start", warm.as_event())
+    emit(on_event, CostModelWarmStart(**warm.as_event()))
 
     def search_pass(
         tasks: list[int], space_for: Callable[[int], SpaceGenerator], union: bool = False
@@ -183,14 +189,15 @@ def run_search(
             # A failure no check foresaw (a space's design raising for some sampled decisions
             # only): what was measured is recorded; the pass's tasks go on in the generic space.
             why = f"search pass failed ({error_line(exc)}): its tasks continue in the generic space"
-            emit(on_event, "search_fallback", {"message": why, "tasks": len(tasks)})
+            emit(on_event, SearchFallback(message=why, tasks=len(tasks)))
             for i in tasks:
                 for space in task_spaces.of(i):
                     if space.name != DEFAULT_SPACE:
                         dropped = task_spaces.drop(
                             i, plan.tasks[i].name, space.name, f"its pass failed: {error_line(exc)}"
                         )
-                        emit(on_event, "space_dropped", dropped.as_dict() if dropped else {})
+                        if dropped is not None:
+                            emit(on_event, SpaceDropped(**dropped.as_dict()))
             left = [i for i in tasks if task_spaces.of(i) and budget.allowance(i) > 0]
             if not left:
                 return
@@ -201,7 +208,7 @@ def run_search(
             except Exception as exc2:
                 # What was measured stands; the build uses it and TVM's default elsewhere.
                 budget.halted = f"search stopped: {error_line(exc2)}"
-                emit(on_event, "search_fallback", {"message": budget.halted, "tasks": len(left)})
+                emit(on_event, SearchFallback(message=budget.halted, tasks=len(left)))
 
     def union_for(i: int) -> SpaceGenerator:
         return union_space(plan.tasks[i].mod, target, task_spaces.of(i))
@@ -240,13 +247,12 @@ def run_search(
     if result.trials_measured:
         # The persisted model learns this search's trials (and any other job's since).
         saved = store.refresh()
-        if on_event is not None:
-            on_event("cost_model_saved", saved.as_event())
+        emit(on_event, CostModelSaved(**saved.as_event()))
     return result
 
 
-def planned_event(plan: SearchPlan, active: list[int]) -> dict[str, Any]:
-    """The ``search_planned`` payload: totals, and per task to tune (in search order) its
+def planned_event(plan: SearchPlan, active: list[int]) -> SearchPlanned:
+    """The ``search_planned`` event: totals, and per task to tune (in search order) its
     allocated trials and why."""
     total = sum(o.seconds for o in plan.outlooks if o is not None) or 1.0
     allocation = []
@@ -267,18 +273,18 @@ def planned_event(plan: SearchPlan, active: list[int]) -> dict[str, Any]:
                 **({} if outlook is None else outlook.as_dict()),
             }
         )
-    return {
-        "tasks": len(plan.tasks),
-        "to_tune": len(active),
-        "trials": sum(plan.remaining(i) for i in active),
-        "already_recorded": sum(plan.done_before),
-        "rule": (
+    return SearchPlanned(
+        tasks=len(plan.tasks),
+        to_tune=len(active),
+        trials=sum(plan.remaining(i) for i in active),
+        already_recorded=sum(plan.done_before),
+        rule=(
             "trials ∝ share of time × distance from the reference GFLOP/s "
             f"(within {ALLOCATION_FLOOR:g}–{ALLOCATION_CAP:g}× trials per task); "
             f"stop after {PATIENCE_BATCHES} batches without {MIN_GAIN:.0%} gain"
         ),
-        "allocation": allocation,
-    }
+        allocation=allocation,
+    )
 
 
 def _search_pass(

@@ -3,8 +3,7 @@ space and job; the space that fails every candidate of a task is dropped there."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from tvm.ir import IRModule
 from tvm.ir.utils import derived_object
@@ -18,8 +17,9 @@ from tvm.s_tir.meta_schedule.search_strategy import (
 )
 
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.base import ScheduleSpace
-from convtune.schedules.registry import space_of
+from convtune.schedules.spaces.base import ScheduleSpace
+from convtune.schedules.spaces.registry import space_of
+from convtune.tuner.events import EventSink, SpaceDropped, TaskStopped, TrialBatch, emit
 from convtune.tuner.measure.runner import measured_by
 from convtune.tuner.search.budget import DEFAULT_SCHEDULE, MIN_GAIN, PATIENCE_BATCHES, TrialBudget
 from convtune.tuner.search.space_check import (
@@ -27,8 +27,6 @@ from convtune.tuner.search.space_check import (
     SpaceHealth,
     TaskSpaces,
 )
-
-EventSink = Callable[[str, dict[str, Any]], None]
 
 
 def unscheduled_candidate(mod: IRModule) -> MeasureCandidate:
@@ -110,7 +108,7 @@ class RecordTrials(PyMeasureCallback):
                 last = (error or "").strip().splitlines() or [""]
                 dropped = self.task_spaces.drop(index, task.name, space, reason + last[-1][:300])
                 if dropped is not None:
-                    emit(self.on_event, "space_dropped", dropped.as_dict())
+                    emit(self.on_event, SpaceDropped(**dropped.as_dict()))
         best = self.database.records.best_record(wid)
         # A batch the fleet could not measure says nothing about the task's progress.
         stopped = not self.budget.result.paused and self.budget.batch_measured(
@@ -120,36 +118,29 @@ class RecordTrials(PyMeasureCallback):
             return
         if stopped:
             self.on_event(
-                "task_stopped",
-                {
-                    "task_index": index,
-                    "task": task.name,
-                    "trials": self.budget.counts[index],
-                    "budget": plan.budgets[index],
-                    "best_gflops": best.gflops if best is not None else None,
-                    "reason": f"best improved < {MIN_GAIN:.0%} in {PATIENCE_BATCHES} batches",
-                    "spare_trials": self.budget.spare,
-                },
+                TaskStopped(
+                    task_index=index,
+                    task=task.name,
+                    trials=self.budget.counts[index],
+                    budget=plan.budgets[index],
+                    best_gflops=best.gflops if best is not None else None,
+                    reason=f"best improved < {MIN_GAIN:.0%} in {PATIENCE_BATCHES} batches",
+                    spare_trials=self.budget.spare,
+                )
             )
         self.on_event(
-            "trial_batch",
-            {
-                "task_index": index,
-                "task": task.name,
-                "op": task.op or "fused",
-                "shape": task.shape_text,
-                "trials": self.budget.counts[index],
-                "budget": plan.budgets[index],
-                "best_gflops": best.gflops if best is not None else None,
-                "best_ms": best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
-                "errors": errors,
-            },
+            TrialBatch(
+                task_index=index,
+                task=task.name,
+                op=task.op or "fused",
+                shape=task.shape_text,
+                trials=self.budget.counts[index],
+                budget=plan.budgets[index],
+                best_gflops=best.gflops if best is not None else None,
+                best_ms=best.mean_sec * 1e3 if best is not None and best.mean_sec else None,
+                errors=errors,
+            )
         )
-
-
-def emit(on_event: EventSink | None, kind: str, payload: dict[str, Any]) -> None:
-    if on_event is not None:
-        on_event(kind, payload)
 
 
 def trial_space(sch: Schedule, trace_text: str, spaces: Sequence[ScheduleSpace]) -> str:
