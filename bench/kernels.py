@@ -1,7 +1,7 @@
 """Kernels alone, interleaved: each space's best of a few sampled schedules against onnxruntime.
 
 On a shared machine the tuner's measurements (taken minutes apart) are not comparable; here the
-candidates of every registered space (``schedules/registry.py``, the generic one aside)
+candidates of every registered space (``schedules/spaces/registry.py``, the generic one aside)
 applicable to one conv task are sampled, each space's fastest is kept,
 and those kernels and onnxruntime's session (one Conv, its NCHWc reorders included) are timed
 round after round in one process.
@@ -24,8 +24,8 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from bench.spaces import describe, save_report, single_conv, unique_convs
-from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace
-from convtune.schedules.registry import applicable
+from convtune.schedules.spaces.base import DEFAULT_SPACE, ScheduleSpace
+from convtune.schedules.spaces.registry import applicable
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.measure.reference import ort_session

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from convtune.db.migrate import upgrade
 from convtune.db.models import ModelWorkloadRow, TuningRecordRow
 from convtune.db.session import data_dir, make_engine
-from convtune.schedules.isa import vector_lanes
+from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.algorithms import manifest_winograd, time_with_alternatives
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
 from convtune.tuner.graph.ingest import load_model

@@ -15,7 +15,7 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from convtune.schedules.lowering import use_convtune_lowering
+from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.tuner.artifact_files import LIBRARY_NAME
 from convtune.tuner.graph.extract import RelaxModel, model_for_target
 from convtune.tuner.graph.ingest import IngestedModel

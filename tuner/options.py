@@ -31,7 +31,7 @@ class Layout(StrEnum):
     #: Plain NCHW everywhere; only the generic MetaSchedule space.
     NCHW = "nchw"
     #: Blocked NCHW[x]c (x = the target's fp32 lanes) for convolutions whose channels divide by x,
-    #: carried across the graph (schedules/layout.py); the rest stay NCHW.
+    #: carried across the graph (tuner/graph/layout.py); the rest stay NCHW.
     NCHWC = "nchwc"
 
     @classmethod
@@ -48,8 +48,8 @@ class Algorithm(StrEnum):
 
     #: The direct convolution (every space in schedules/ except Winograd's).
     DIRECT = "direct"
-    #: Winograd F(m×m, 3×3) for blocked 3×3 stride-1 convs (schedules/winograd_nchwc.py): fewer
-    #: multiplies, larger rounding error (schedules/winograd.py); tuned next to the direct
+    #: Winograd F(m×m, 3×3) for blocked 3×3 stride-1 convs (schedules/ops/winograd_conv.py): fewer
+    #: multiplies, larger rounding error (schedules/ops/winograd.py); tuned next to the direct
     #: kernel and built where it is faster (tuner/algorithms.py).
     WINOGRAD = "winograd"
 

@@ -23,15 +23,12 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from tvm.ir import IRModule
-from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
-from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
-#: Block annotation naming the space of a schedule; it is part of every trace of that space.
-SPACE_ANNOTATION = "convtune.space"
-#: The space a trace without the annotation came from.
-DEFAULT_SPACE = "generic"
+from ..ops.annotations import DEFAULT_SPACE, SPACE_ANNOTATION, mark_space
+
+__all__ = ["DEFAULT_SPACE", "SPACE_ANNOTATION", "ScheduleSpace", "mark_space"]
 
 
 class ScheduleSpace(ABC):
@@ -51,8 +48,3 @@ class ScheduleSpace(ABC):
 
     def __repr__(self) -> str:
         return f"<space {self.name}>"
-
-
-def mark_space(sch: Schedule, block: SBlockRV, name: str) -> None:
-    """Record in the schedule's trace that the space ``name`` produced it."""
-    sch.annotate(block, SPACE_ANNOTATION, name)

@@ -32,8 +32,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
-from .base import ScheduleSpace
-from .nchwc_conv import (
+from ..ops.nchwc import (
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
     epilogue_at,
@@ -41,6 +40,7 @@ from .nchwc_conv import (
     register_block_space,
     schedule_prologue,
 )
+from .base import ScheduleSpace
 
 SPACE_NAME = "blocked-pool"
 PAD_BLOCK = "pad_temp"  # TOPI's pool2d padding

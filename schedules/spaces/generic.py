@@ -27,9 +27,9 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 from tvm.tirx import IterVar
 
+from ..ops.isa import vector_lanes
+from ..ops.winograd_conv import is_winograd_nchwc
 from .base import ScheduleSpace
-from .isa import vector_lanes
-from .winograd_nchwc import is_winograd_nchwc
 
 #: The annotation AddRFactor leaves for RandomComputeLocation on a reduction it split.
 RANDOM_COMPUTE_PRODUCER = "meta_schedule.random_compute_producer"

@@ -44,11 +44,12 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
-from .base import ScheduleSpace
-from .nchwc_conv import (
+from ..ops.annotations import sample_weight_prefetch
+from ..ops.nchwc import (
     CONV_BLOCK,
     MAX_REGISTER_BLOCK,
     conv_and_epilogue,
+    conv_extents,
     design_copies,
     epilogue_at,
     epilogue_fuses,
@@ -56,8 +57,8 @@ from .nchwc_conv import (
     parallel_vectorize,
     register_block_space,
 )
-from .nchwc_conv2d import OC_BLOCKS, ROW_BLOCKS, conv_extents
-from .prefetch import sample_weight_prefetch
+from ..ops.register_block import OC_BLOCKS, ROW_BLOCKS
+from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-kblock"
 #: Input-channel blocks a conv needs for this space (512 channels in blocks of 16): below it the

@@ -35,7 +35,6 @@ all rows stream through; or rows outermost: one input row stays in L1/L2 for eve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from itertools import product
 from typing import ClassVar
@@ -43,47 +42,28 @@ from typing import ClassVar
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
-from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 
-from .base import ScheduleSpace
-from .nchwc_conv import (
-    CONV_BLOCK,
+from ..ops.nchwc import (
     MAX_REGISTER_BLOCK,
-    accumulate_locally,
     conv_and_epilogue,
+    conv_extents,
     design_copies,
-    epilogue_at,
     epilogue_fuses,
     input_channel_block,
     parallel_vectorize,
     register_block_space,
 )
-from .prefetch import sample_weight_prefetch
+from ..ops.register_block import (
+    OC_BLOCKS,
+    ORDERS,
+    ROW_BLOCKS,
+    RegisterBlock,
+    schedule_register_block,
+)
+from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-regblock2d"
-OC_BLOCKS = (1, 2, 4)
-ROW_BLOCKS = (1, 2)
-ORDERS = ("oc-outer", "rows-outer")
-#: Input-channel blocks ahead whose weights are prefetched during the reduction (0: none).
-#: Zen 5, 2026-12-02, 4 chunks × 7 columns, weights flushed, no prefetch against one block
-#: ahead: 2048→512 1×1 at 7×7 0.53 against 0.27 ms, 512→2048 0.56 against 0.27, 512→512 3×3
-#: at 7×7 1.42 against 0.72; at 14×14 (1024→256, 256→1024) no change, and three blocks ahead
-#: lost everywhere (0.36 and 0.58 ms at 14×14).
-WEIGHT_PREFETCH_DISTANCES = (0, 1, 2)
-
-
-def conv_extents(mod: IRModule) -> dict[str, int] | None:
-    """Loop extents of the task's conv2d_NCHWc block, or None when it has none."""
-    sch = Schedule(mod)
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(block).name_hint == CONV_BLOCK:
-            names = ("n", "oc_chunk", "oh", "ow", "oc_block", "ic", "kh", "kw")
-            return {
-                name: int(sch.get(loop).extent)
-                for name, loop in zip(names, sch.get_loops(block), strict=True)
-            }
-    return None
 
 
 def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
@@ -94,59 +74,6 @@ def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
         for oc, oh in product(OC_BLOCKS, ROW_BLOCKS)
         if (oc, oh) != (1, 1) and oc_chunks % oc == 0 and rows % oh == 0
     ]
-
-
-@dataclass(frozen=True)
-class RegisterBlock:
-    """One design space: the accumulator block's output-channel chunks and rows, the outer order,
-    and whether the kernel window's column loop is unrolled too (stem convs, ``stem_conv.py``)."""
-
-    oc: int
-    rows: int
-    order: str
-    unroll_window: bool = False
-
-
-def schedule_register_block(
-    sch: Schedule,
-    conv: SBlockRV,
-    output: SBlockRV | None,
-    block: RegisterBlock,
-    ic_block: int,
-    max_block: int = MAX_REGISTER_BLOCK,
-) -> None:
-    """Tile ``conv`` (loops n, oc_chunk, oh, ow, oc_block, ic, kh, kw) into the 2-D register
-    block (in place), sampling the column block; the reduction over ``ic`` is split by
-    ``ic_block`` (the input's channel block), or unrolled whole when ``ic_block`` is its extent;
-    at most ``max_block`` accumulators in all."""
-    n, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
-    oc_outer, oc_in = sch.split(oc_chunk, [None, block.oc])
-    oh_outer, oh_in = sch.split(oh, [None, block.rows])
-    columns = sch.sample_perfect_tile(
-        ow, n=2, max_innermost_factor=max(1, max_block // (block.oc * block.rows))
-    )
-    ow_outer, ow_in = sch.split(ow, columns)
-    if int(sch.get(ic).extent) == ic_block:
-        reduction = [ic, kh, kw]
-        unrolled = [ic]
-    else:
-        ic_outer, ic_inner = sch.split(ic, [None, ic_block])
-        reduction = [ic_outer, kh, kw, ic_inner]
-        unrolled = []
-    outer = [oc_outer, oh_outer] if block.order == "oc-outer" else [oh_outer, oc_outer]
-    sch.reorder(*outer, ow_outer, *reduction, oh_in, ow_in, oc_in, oc_block)
-    if not unrolled:
-        # The weights of the input-channel blocks ahead stream in during this block's FMAs.
-        sample_weight_prefetch(sch, conv, reduction[0], WEIGHT_PREFETCH_DISTANCES)
-    sch.parallel(sch.fuse(n, *outer))
-    if block.unroll_window:
-        unrolled.append(kw)
-    for loop in (*unrolled, oh_in, ow_in, oc_in):
-        sch.unroll(loop)
-    sch.vectorize(oc_block)
-    accumulate_locally(sch, conv, ow_outer)
-    epilogue_at(sch, output, ow_outer)
-    sch.decompose_reduction(conv, reduction[0])
 
 
 def schedule_conv_2d_block(

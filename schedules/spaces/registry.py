@@ -14,12 +14,12 @@ from tvm.target import Target
 
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .blocked_pool import BlockedPoolSpace
-from .depthwise_conv import DepthwiseConvSpace
+from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
-from .nchwc_conv import RegisterBlockedConvSpace
-from .nchwc_conv2d import RegisterBlock2DConvSpace
 from .nchwc_kblock import ReductionBlockedConvSpace
-from .stem_conv import StemConvSpace
+from .nchwc_regblock import RegisterBlockedConvSpace
+from .nchwc_regblock2d import RegisterBlock2DConvSpace
+from .stem_nchw_nchwc import StemConvSpace
 from .winograd_nchwc import WinogradConvSpace
 
 SPACES: tuple[ScheduleSpace, ...] = (

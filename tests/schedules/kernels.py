@@ -18,9 +18,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from convtune.schedules import prefetch
-from convtune.schedules.base import ScheduleSpace
-from convtune.schedules.lowering import use_convtune_lowering
+from convtune.schedules.lowering.pipeline import use_convtune_lowering
+from convtune.schedules.ops import annotations
+from convtune.schedules.spaces.base import ScheduleSpace
 from convtune.tuner.graph.extract import ModelTask, extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.measure.verify import ATOL, RTOL
@@ -103,7 +103,7 @@ def distance_decision(sch: Schedule) -> tuple[object, list[int]]:
         inst.inputs[1]
         for inst in insts
         if inst.kind.name == "Annotate"
-        and str(inst.attrs[0]).startswith(prefetch.SOURCE_ANNOTATION)
+        and str(inst.attrs[0]).startswith(annotations.SOURCE_ANNOTATION)
     ]
     for inst in insts:
         if inst.kind.name == "SampleCategorical" and any(

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-import convtune.schedules.layout as layout_pass
+import convtune.tuner.graph.conv_kinds.dense as dense_kind
 import convtune.tuner.graph.extract as extract
-from convtune.schedules.isa import vector_lanes
+import convtune.tuner.graph.layout as layout_pass
+from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.errors import UnsupportedOpError
 from convtune.tuner.graph.extract import extract_tasks, model_for_target
 from convtune.tuner.graph.ingest import load_model
@@ -25,7 +26,7 @@ from convtune.tuner.measure.runtime import Artifact
 from convtune.tuner.measure.verify import compare
 from convtune.tuner.target import make_target
 from tests import models
-from tests.schedules.test_layout_ops import Net
+from tests.tuner.test_layout_ops import Net
 
 
 def _three_convs():
@@ -57,14 +58,14 @@ def _matches_onnxruntime(relax_model, ingested, target, tmp_path: Path) -> bool:
 def test_a_conv_that_fails_to_block_stays_nchw_alone(
     ingested, target, tmp_path: Path, monkeypatch
 ) -> None:
-    real = layout_pass.block_weight
+    real = dense_kind.block_weight
 
     def failing(weight: np.ndarray, *blocks: int) -> np.ndarray:
         if weight.shape[1:] == (32, 1, 1):  # the 1x1 conv only
             raise RuntimeError("Check failed: forced failure in the blocked conv rewrite")
         return real(weight, *blocks)
 
-    monkeypatch.setattr(layout_pass, "block_weight", failing)
+    monkeypatch.setattr(dense_kind, "block_weight", failing)
     relax_model = model_for_target(ingested, target)
     plan = relax_model.plan
     assert plan is not None and not plan.fallback

@@ -1,4 +1,4 @@
-"""The per-conv blocked layout (schedules/layout.py) on the ops real CNNs put between convs.
+"""The per-conv blocked layout (tuner/graph/layout.py) on the ops real CNNs put between convs.
 
 Each graph is a small conv → op → conv neighbourhood built with ``onnx.helper``; it is compiled
 untuned in the default (blocked) layout and must compute what onnxruntime computes. The plan must
@@ -17,9 +17,9 @@ import pytest
 from onnx import helper, numpy_helper
 from tvm.s_tir import meta_schedule as ms
 
-from convtune.schedules.layout import channel_block, channel_blocks
 from convtune.tuner.graph.extract import extract_tasks, model_for_target
 from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.graph.layout import channel_block, channel_blocks
 from convtune.tuner.library import build_library
 from convtune.tuner.measure.runtime import Artifact
 from convtune.tuner.measure.verify import compare

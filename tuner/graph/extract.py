@@ -26,12 +26,12 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.schedules.ops.winograd import TILE_SIZES
-from convtune.schedules.spaces.winograd_nchwc import is_winograd_nchwc, winograd_tile
+from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
+from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}

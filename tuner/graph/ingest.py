@@ -526,7 +526,7 @@ def _sums_as_adds(model: onnx.ModelProto) -> onnx.ModelProto:
 
     TVM's frontend turns Sum into broadcast_to → stack → sum over a new axis: a 5-D detour that
     no layout can carry, so the residual Sums of Caffe2 ResNet-50 and ShuffleNet cost two layout
-    transforms each; an Add chain stays blocked (schedules/layout.py).
+    transforms each; an Add chain stays blocked (tuner/graph/layout.py).
     """
     if not any(
         node.op_type == "Sum" and node.domain in ("", "ai.onnx") for node in model.graph.node

@@ -10,13 +10,14 @@ on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a mod
   24-channel stage of MobileNetV2 alone cost 0.46 ms more than onnxruntime's, more than the
   whole model's gap). A tensor's block is a function of its channel count, so every op on
   same-shaped tensors sees the same block;
-- each ``conv2d`` is decided alone: blocked (``NCHW{a}c`` data, ``OIHW{a}i{b}o`` weights,
+- each ``conv2d`` is decided alone, by the conv kinds of ``conv_kinds/`` (one module per kind,
+  registered in ``CONV_KINDS``): blocked (``NCHW{a}c`` data, ``OIHW{a}i{b}o`` weights,
   ``NCHW{b}c`` out, a and b the blocks of its input and output) when its input and output
-  channels per group divide by their blocks; a depthwise conv of blockable channels runs
-  blocked too (``depthwise_conv.py``), and a conv with fewer input channels than its output's
-  block (the RGB stem) reads NCHW and writes blocked (``stem_conv.py``). Otherwise (odd channel
-  counts) it stays NCHW and ``LayoutPlan.convs`` says why: padding channels up to a block would
-  only compute zeros;
+  channels per group divide by their blocks (``dense``, or its variant ``winograd`` where the
+  caller asks); a depthwise conv of blockable channels runs blocked too (``depthwise``), and a
+  conv with fewer input channels than its output's block (the RGB stem) reads NCHW and writes
+  blocked (``stem``). Otherwise (odd channel counts) it stays NCHW and ``LayoutPlan.convs`` says
+  why: padding channels up to a block would only compute zeros;
 - a blocked result stays blocked through the ops that can carry it: elementwise unary ops,
   binary ops with a same-shape blocked operand or a per-channel/scalar constant (bias, folded
   BatchNorm, residual add, SiLU/HardSwish arithmetic), max/avg pooling (ceil_mode and
@@ -27,10 +28,11 @@ on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a mod
   islands with transforms only at their edges, and an op the pass does not know merely costs a
   transform.
 
-Weight and constant layouts are rearranged with numpy here, so no transform of a weight ever
-reaches the compiled model. TVM's own legalization refuses blocked conv layouts, so the blocked
-conv2d is lowered with TOPI's ``conv2d_NCHWc`` compute; MetaSchedule then tiles that loop nest,
-whose innermost output-channel axis is exactly one vector register wide.
+Weight and constant layouts are rearranged with numpy at build time, so no transform of a weight
+ever reaches the compiled model. TVM's own legalization refuses blocked conv layouts, so each
+conv kind legalizes the calls it built (the dense one with TOPI's ``conv2d_NCHWc`` compute);
+MetaSchedule then tiles that loop nest, whose innermost output-channel axis is exactly one vector
+register wide.
 """
 
 from __future__ import annotations
@@ -41,23 +43,17 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, topi
+from tvm import relax
 from tvm.ir import IRModule, Op
 from tvm.ir.expr import GenericConst
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
-from . import stem_conv, winograd
-from .conv_call import attr_dtype, conv2d_call, lower_conv2d
-from .depthwise_conv import (
-    blocked_depthwise_conv2d,
-    is_blockable_depthwise,
-    is_blocked_depthwise_call,
-    legalize_depthwise_conv2d,
-)
-from .isa import vector_lanes
-from .winograd_nchwc import conv2d_winograd_nchwc, pack_weight
+from convtune.schedules.ops.conv_call import attr_dtype
+from convtune.schedules.ops.isa import vector_lanes
+
+from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
@@ -106,8 +102,6 @@ _BINARY = frozenset(
 #: Pre-legalized scalar bounds the ONNX frontend emits for Clip, by PrimFunc name.
 _SCALAR_TIR = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 _POOL2D = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
-#: TVM's ``OpPatternKind::kOutEWiseFusable``: fuses elementwise consumers, as a conv does.
-OUT_ELEMWISE_FUSABLE = 4
 
 
 @dataclass
@@ -120,7 +114,7 @@ class ConvLayout:
     out_channels: int
     groups: int
     reason: str = ""
-    #: A dense blocked 3×3 stride-1 conv that may run as Winograd (schedules/winograd_nchwc.py).
+    #: A dense blocked 3×3 stride-1 conv that may run as Winograd (conv_kinds/winograd.py).
     winograd_eligible: bool = False
     #: Its Winograd output tile m of F(m×m, 3×3), or 0 where it runs the direct convolution.
     winograd_tile: int = 0
@@ -232,15 +226,6 @@ def _to_blocked(block: int) -> Callable[..., tuple[Any, ...]]:
 
 def _to_nchw(block: int) -> Callable[..., tuple[Any, ...]]:
     return lambda n, c, h, w, b: (n, c * block + b, h, w)
-
-
-def block_weight(weight: np.ndarray, in_block: int, out_block: int | None = None) -> np.ndarray:
-    """OIHW → OIHW{a}i{b}o: (O/b, I/a, H, W, a, b); ``out_block`` defaults to ``in_block``."""
-    b = in_block if out_block is None else out_block
-    o, i, h, w = weight.shape
-    return np.ascontiguousarray(
-        weight.reshape(o // b, b, i // in_block, in_block, h, w).transpose(0, 2, 4, 5, 3, 1)
-    )
 
 
 def _block_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray | None:
@@ -432,151 +417,80 @@ class _BlockingMutator(PyExprMutator):
             groups=groups,
         )
         self.plan.convs.append(entry)
-        kind, reason = self._conv_kind(call, x_shape, w_shape, groups)
+        site, reason = self._site(call, x_shape, w_shape, groups)
+        kind: ConvKind | None = None
+        if site is not None:
+            base, decision = base_kind(site)
+            kind, reason = (base if decision.blocked else None), decision.reason
         if kind is not None and index in self.forced_nchw:
             kind, reason = None, f"kept NCHW after a failure: {self.plan.forced_nchw[index]}"
-        if kind == "dense" and w_shape is not None:
-            attrs = call.attrs
-            entry.winograd_eligible = isinstance(call.args[1], GenericConst) and winograd.applies(
-                w_shape[2:], attrs.strides, attrs.dilation, groups
-            )
-            entry.winograd_tile = (
-                self.plan.winograd_tiles.get(index, 0) if entry.winograd_eligible else 0
-            )
-        if kind is None:
+        if kind is not None and site is not None:
+            for variant in variants_of(kind):
+                if variant.decide(site) is not None:
+                    entry.winograd_eligible = True
+                    entry.winograd_tile = self.plan.winograd_tiles.get(index, 0)
+                    if entry.winograd_tile:
+                        kind = variant
+        if kind is None or site is None:
             entry.reason = reason
             return None
         try:
-            self._emit_blocked_conv(var, call, kind)
+            self._emit_blocked_conv(var, site, kind, entry.winograd_tile)
         except Exception as exc:  # an op the struct-info inference refuses: this conv only
             # Raised through TVM's FFI, which rewraps it: the plan keeps the identity.
             self.plan.failure = (index, exc)
             raise
         out_block = self.blocked[var].block
-        in_layout = "NCHW" if kind == "stem" else f"NCHW{self._block(entry.in_channels)}c"
+        in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
         out_layout = f"NCHW{out_block}c"
         entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
         entry.reason = reason
         return True
 
-    def _conv_kind(
+    def _site(
         self,
         call: Call,
         x_shape: tuple[int, ...] | None,
         w_shape: tuple[int, ...] | None,
         groups: int,
-    ) -> tuple[str | None, str]:
-        """How a conv is compiled: ``dense`` / ``depthwise`` (blocked in and out), ``stem``
-        (NCHW in, blocked out: fewer input channels than a block), or None and why NCHW."""
+    ) -> tuple[ConvSite | None, str]:
+        """The conv as the conv kinds see it, or None and why it stays NCHW whatever its kind."""
         attrs = call.attrs
         if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
             return None, f"already {attrs.data_layout}"
         if x_shape is None or w_shape is None:
             return None, "dynamic shape"
-        constant = isinstance(call.args[1], GenericConst)
-        in_block, out_block = self._block(x_shape[1]), self._block(w_shape[0])
-        smallest = min(channel_blocks(self.lanes))
-        if groups != 1 and groups == x_shape[1] and w_shape[1] == 1:
-            if not (
-                constant
-                and in_block is not None
-                and is_blockable_depthwise(x_shape, w_shape, groups, in_block)
-            ):
-                return None, (
-                    f"depthwise conv of {x_shape[1]} channels, not a multiple of {smallest}"
-                )
-            data = call.args[0]
-            if not (isinstance(data, relax.Var) and data in self.blocked):
-                # A depthwise conv reads its input once and writes its output once; alone in
-                # an NCHW region (ShuffleNet) it would add two transforms, each as much memory
-                # traffic again as the conv itself.
-                return None, "depthwise conv with an NCHW input (blocked alone: 2 transforms)"
-            return "depthwise", "depthwise kernel (schedules/depthwise_conv.py)"
-        if (
-            constant
-            and out_block is not None
-            and stem_conv.blocks_output_only(
-                x_shape[1],
-                w_shape[0],
-                groups,
-                out_block,
-                unblockable_pixel=in_block is None
-                and tuple(x_shape[2:]) == (1, 1)
-                and tuple(w_shape[2:]) == (1, 1),
-            )
-        ):
-            return "stem", f"{x_shape[1]} input channels: NCHW in, blocked out (stem kernel)"
-        if (
-            in_block is None
-            or out_block is None
-            or (x_shape[1] // groups) % in_block
-            or (w_shape[0] // groups) % out_block
-        ):
-            per_group = f" per group (groups={groups})" if groups != 1 else ""
-            return None, (
-                f"channels {x_shape[1] // groups}→{w_shape[0] // groups}{per_group} "
-                f"not multiples of {smallest} (padding them would compute zeros)"
-            )
-        return "dense", ""
+        data = call.args[0]
+        site = ConvSite(
+            call=call,
+            x_shape=x_shape,
+            w_shape=w_shape,
+            groups=groups,
+            in_block=self._block(x_shape[1]),
+            out_block=self._block(w_shape[0]),
+            smallest=min(channel_blocks(self.lanes)),
+            input_blocked=isinstance(data, relax.Var) and data in self.blocked,
+        )
+        return site, ""
 
-    def _emit_blocked_conv(self, var: relax.Var, call: Call, kind: str) -> None:
-        attrs = call.attrs
+    def _emit_blocked_conv(self, var: relax.Var, site: ConvSite, kind: ConvKind, tile: int) -> None:
+        """Emit the conv of ``site`` as ``kind`` builds it (its output blocked)."""
+        call = site.call
         out_shape = _shape(call)
         assert out_shape is not None
-        weight = call.args[1]
         out_block = self._block(out_shape[1])
         assert out_block is not None
-        if kind == "stem":
-            expr = stem_conv.output_blocked_conv(
-                self.visit_expr(call.args[0]), weight.value.numpy(), attrs, out_block
-            )
-            self._emit_blocked(var, expr, out_shape[1])
-            return
-        data = self._as_blocked(call.args[0])
-        assert data is not None
-        if kind == "depthwise":
-            expr = blocked_depthwise_conv2d(data.var, weight.value.numpy(), attrs, data.block)
-            self._emit_blocked(var, expr, out_shape[1])
-            return
-        a, b = data.block, out_block
-        tile = self.plan.convs[-1].winograd_tile
-        if tile:
-            dtype = str(weight.ty.dtype)
-            expr = self.builder_.call_te(
-                conv2d_winograd_nchwc,
-                data.var,
-                relax.const(pack_weight(weight.value.numpy(), tile, b), dtype),
-                attrs.padding,
-                tile,
-                attr_dtype(attrs.out_dtype) or str(call.ty.dtype),
-                primfunc_name_hint=f"winograd{tile}_nchwc",
-                # Fusable with its elementwise epilogue, like a conv: TVM's analysis of a
-                # multi-block function would call it opaque.
-                primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
-            )
-            self._emit_blocked(var, expr, out_shape[1])
-            return
-        if isinstance(weight, GenericConst):
-            packed: Expr = relax.const(
-                block_weight(weight.value.numpy(), a, b), str(weight.ty.dtype)
-            )
+        if kind.reads_blocked:
+            held = self._as_blocked(call.args[0])
+            assert held is not None
+            data, data_block = held.var, held.block
         else:
-            packed = self.builder_.emit(
-                relax.op.layout_transform(
-                    self.visit_expr(weight),
-                    lambda o, i, h, w: (o // b, i // a, h, w, i % a, o % b),
-                )
-            )
-        dense = conv2d_call(
-            data.var,
-            packed,
-            attrs,
-            groups=int(attrs.groups),
-            data_layout=f"NCHW{a}c",
-            kernel_layout=f"OIHW{a}i{b}o",
-            out_layout=f"NCHW{b}c",
-        )
-        self._emit_blocked(var, dense, out_shape[1])
+            data, data_block = self.visit_expr(call.args[0]), None
+        weight = call.args[1]
+        if not isinstance(weight, GenericConst):
+            weight = self.visit_expr(weight)
+        operands = ConvOperands(data, data_block, weight, out_block, tile)
+        self._emit_blocked(var, kind.build(self.builder_, site, operands), out_shape[1])
 
     def _carry(self, var: relax.Var, call: Call, name: str) -> bool | None:
         """Emit ``call`` on blocked operands if its op can carry the layout; None otherwise."""
@@ -821,16 +735,11 @@ def plan_blocked_layout(
 
 
 def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
-    attrs = call.attrs
-    if stem_conv.is_output_blocked(str(attrs.data_layout), str(attrs.out_layout)):
-        return stem_conv.legalize(bb, call)
-    if len(attrs.data_layout) == 4:
-        return _CONV2D.get_attr("FLegalize")(bb, call)
-    if is_blocked_depthwise_call(call):
-        return legalize_depthwise_conv2d(bb, call)
-    return lower_conv2d(
-        bb, call, topi.nn.conv2d_NCHWc, "conv2d_NCHWc", attrs.data_layout, attrs.out_layout
-    )
+    """A conv2d call lowered by the conv kind that built it, else by TVM (an NCHW conv)."""
+    for kind in CONV_KINDS:
+        if kind.legalizes(call):
+            return kind.legalize(bb, call)
+    return _CONV2D.get_attr("FLegalize")(bb, call)
 
 
 def legalize(mod: IRModule, target: Target) -> IRModule:
@@ -854,7 +763,6 @@ __all__ = [
     "ConvBlockingError",
     "ConvLayout",
     "LayoutPlan",
-    "block_weight",
     "blocked_layout",
     "channel_block",
     "channel_blocks",

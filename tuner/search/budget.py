@@ -11,7 +11,7 @@ from importlib.metadata import version
 
 from convtune.db.models import CURRENT_TIMING
 from convtune.db.ms_database import SQLDatabase
-from convtune.schedules.base import ScheduleSpace
+from convtune.schedules.spaces.base import ScheduleSpace
 from convtune.tuner.search.allocation import SearchPlan
 from convtune.tuner.search.space_check import DroppedSpace
 

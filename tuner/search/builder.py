@@ -26,9 +26,9 @@ def build_candidate(mod: IRModule, target: Target) -> str:
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
-    from convtune.schedules.lowering import use_convtune_lowering
+    from convtune.schedules.lowering.pipeline import use_convtune_lowering
 
-    use_convtune_lowering()  # as the model build lowers (schedules/lowering.py)
+    use_convtune_lowering()  # as the model build lowers (schedules/lowering/pipeline.py)
     # The layout rewrite of weights happens once at build time of the model, not per run.
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     library = tvm.compile(mod, target=target)

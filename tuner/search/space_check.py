@@ -21,7 +21,7 @@ from tvm.ir import IRModule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from convtune.schedules.base import ScheduleSpace
+from convtune.schedules.spaces.base import ScheduleSpace
 from convtune.tuner.errors import error_line
 
 #: Failed candidates of one space on one task, with none that ran, before the space is dropped

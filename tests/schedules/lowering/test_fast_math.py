@@ -1,4 +1,5 @@
-"""The vectorizable exp (schedules/fast_math.py): its error, and that models use it end to end."""
+"""The vectorizable exp (schedules/lowering/fast_math.py): its error, and that models use it end
+to end."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import tvm
 from onnx import helper
 
-from convtune.schedules.fast_math import EXP_HIGH, EXP_LOW, use_fast_exp
+from convtune.schedules.lowering.fast_math import EXP_HIGH, EXP_LOW, use_fast_exp
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.measure.runtime import Artifact

@@ -13,9 +13,11 @@ from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.target import codegen
 
-from convtune.schedules import lowering, nchwc_conv2d, nchwc_kblock, prefetch
-from convtune.schedules.lowering import use_convtune_lowering
-from convtune.schedules.nchwc_conv import is_blocked_conv
+from convtune.schedules.lowering import pipeline as lowering
+from convtune.schedules.lowering.pipeline import use_convtune_lowering
+from convtune.schedules.ops import annotations
+from convtune.schedules.spaces import nchwc_kblock, nchwc_regblock2d
+from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
 from convtune.tuner.target import make_target
 from tests.schedules.kernels import (
     AVX512,
@@ -45,7 +47,7 @@ def _gemm(distance: int, rows_inside_chunk: bool = True) -> tuple[IRModule, Sche
     else:
         sch.reorder(i, o, chunk, inner, b)
     sch.vectorize(b)
-    prefetch.annotate_prefetch(sch, chunk, "W", distance)
+    annotations.annotate_prefetch(sch, chunk, "W", distance)
     return sch.mod, sch
 
 
@@ -102,7 +104,7 @@ def test_prefetches_the_next_chunk_spread_over_its_rows() -> None:
     script = func.script()
     assert "W_1[o * 4096 + k_0 * 256 + 256 + i * 2 * 16]" in script, script
     assert "W_1[o * 4096 + k_0 * 256 + 256 + (i * 2 + 1) * 16]" in script, script
-    assert prefetch.SOURCE_ANNOTATION not in script
+    assert annotations.SOURCE_ANNOTATION not in script
     assert "prefetcht0" in assembly(mod)
 
 
@@ -123,7 +125,7 @@ def test_distance_zero_is_no_prefetch() -> None:
     mod, _ = _gemm(distance=0)
     func = _lowered(mod)
     assert _prefetch_calls(func) == []
-    assert prefetch.SOURCE_ANNOTATION not in func.script()
+    assert annotations.SOURCE_ANNOTATION not in func.script()
     assert "prefetcht0" not in assembly(mod)
 
 
@@ -137,7 +139,9 @@ def test_results_do_not_change(distance: int) -> None:
     assert_close(got, np.einsum("ik,okb->iob", a, w))
 
 
-@pytest.mark.parametrize("space, kernel", [(nchwc_kblock, 3), (nchwc_conv2d, 1), (nchwc_conv2d, 3)])
+@pytest.mark.parametrize(
+    "space, kernel", [(nchwc_kblock, 3), (nchwc_regblock2d, 1), (nchwc_regblock2d, 3)]
+)
 def test_a_searched_kernel_prefetches_its_weights_and_stays_exact(
     space: ModuleType, kernel: int
 ) -> None:

@@ -1,4 +1,4 @@
-"""Small ``local`` buffers become stack arrays (schedules/stack_locals.py), so a register
+"""Small ``local`` buffers become stack arrays (schedules/lowering/stack_locals.py), so a register
 block's accumulators keep their registers with a prefetch inside the reduction."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import numpy as np
 import tvm
 from tvm.ir import IRModule
 
-from convtune.schedules import lowering, prefetch, stack_locals
-from convtune.schedules.nchwc_conv import accumulate_locally
+from convtune.schedules.lowering import pipeline as lowering
+from convtune.schedules.lowering import prefetch, stack_locals
+from convtune.schedules.ops import annotations
+from convtune.schedules.ops.nchwc import accumulate_locally
 from convtune.tuner.target import make_target
 from tests.schedules.kernels import assert_close, gemm_schedule, run
 
@@ -28,7 +30,7 @@ def _gemm(blocks: int, at_block: bool = True, distance: int = 32) -> IRModule:
     sch.parallel(o)  # the kernel's arguments reach a parallel body through a closure
     sch.unroll(i)
     sch.vectorize(b)
-    prefetch.annotate_prefetch(sch, kk, "W", distance)
+    annotations.annotate_prefetch(sch, kk, "W", distance)
     if at_block:
         accumulate_locally(sch, gemm, o)
     else:

@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 from tvm import s_tir
 
-from convtune.schedules.blocked_pool import SPACE_NAME, BlockedPoolSpace, pool_sketches
-from convtune.schedules.registry import applicable, space_of
+from convtune.schedules.spaces.blocked_pool import SPACE_NAME, BlockedPoolSpace, pool_sketches
+from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target

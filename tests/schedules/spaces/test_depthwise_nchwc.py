@@ -19,17 +19,19 @@ from tvm import relax, s_tir
 from tvm.s_tir.meta_schedule import relax_integration
 from tvm.target import Target
 
-from convtune.schedules.depthwise_conv import (
-    SPACE_NAME,
-    DepthwiseConvSpace,
+from convtune.schedules.ops.depthwise import (
     block_depthwise_weight,
     blocked_depthwise_conv2d,
-    depthwise_sketches,
     is_blockable_depthwise,
     is_blocked_depthwise,
     legalize_depthwise_conv2d,
 )
-from convtune.schedules.registry import applicable, space_of
+from convtune.schedules.spaces.depthwise_nchwc import (
+    SPACE_NAME,
+    DepthwiseConvSpace,
+    depthwise_sketches,
+)
+from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.tuner.graph.extract import RelaxModel, fuse
 from convtune.tuner.target import make_target
 from tests.models import conv_net

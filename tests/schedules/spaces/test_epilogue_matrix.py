@@ -54,10 +54,11 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from convtune.schedules import nchwc_conv, winograd, winograd_nchwc
-from convtune.schedules.generic import GenericSpace
-from convtune.schedules.lowering import use_convtune_lowering
-from convtune.schedules.registry import SPACES
+from convtune.schedules.lowering.pipeline import use_convtune_lowering
+from convtune.schedules.ops import nchwc, winograd, winograd_conv
+from convtune.schedules.spaces import nchwc_regblock, winograd_nchwc
+from convtune.schedules.spaces.generic import GenericSpace
+from convtune.schedules.spaces.registry import SPACES
 from convtune.tuner.graph.extract import ModelTask, extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm
@@ -408,15 +409,15 @@ def test_a_space_declines_an_epilogue_it_cannot_fuse() -> None:
             data, weight, (1, 1), (1, 1), (1, 1), "NCHW16c", "NCHW16c", "float32"
         )
     mod = two_output_epilogue([data, weight], conv)
-    assert nchwc_conv.is_blocked_conv(mod)
+    assert nchwc.is_blocked_conv(mod)
     with pytest.raises(Exception, match="output"):
-        nchwc_conv.schedule_blocked_conv(s_tir.Schedule(mod))
+        nchwc_regblock.schedule_blocked_conv(s_tir.Schedule(mod))
     assert [s.name for s in SPACES if s.applies_to(mod)] == [GenericSpace.name]
 
     packed = te.placeholder((6, 6, 2, 16, 16), name="packed")
-    inverse = winograd_nchwc.conv2d_winograd_nchwc(data, packed, (1, 1, 1, 1), 4, "float32")
+    inverse = winograd_conv.conv2d_winograd_nchwc(data, packed, (1, 1, 1, 1), 4, "float32")
     mod = two_output_epilogue([data, packed], inverse)
-    assert winograd_nchwc.is_winograd_nchwc(mod)
+    assert winograd_conv.is_winograd_nchwc(mod)
     assert not any(s.applies_to(mod) for s in SPACES)
     fused = IRModule({"main": te.create_prim_func([data, packed, topi.nn.relu(inverse)])})
     assert [s.name for s in SPACES if s.applies_to(fused)] == [winograd_nchwc.SPACE_NAME]

@@ -7,8 +7,8 @@ import re
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from convtune.schedules.generic import GenericSpace, SpaceConfig
-from convtune.schedules.isa import vector_lanes
+from convtune.schedules.ops.isa import vector_lanes
+from convtune.schedules.spaces.generic import GenericSpace, SpaceConfig
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Layout
@@ -47,7 +47,7 @@ def _reductions_inside_the_normalisation(monkeypatch, rule=None) -> int:
     runs inside the normalisation's outermost loop; ``rule`` replaces ours if given."""
     from onnx import helper
 
-    import convtune.schedules.generic as generic
+    import convtune.schedules.spaces.generic as generic
     from tests.models import _vi, make_model
 
     if rule is not None:

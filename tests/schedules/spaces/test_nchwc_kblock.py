@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from tvm import s_tir
 
-from convtune.schedules.nchwc_conv import is_blocked_conv
-from convtune.schedules.nchwc_kblock import (
+from convtune.schedules.spaces.nchwc_kblock import (
     MIN_INPUT_BLOCKS,
     SPACE_NAME,
     ReductionBlockedConvSpace,
     design_spaces,
     input_blocks,
 )
-from convtune.schedules.registry import SPACES, space_of
+from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
+from convtune.schedules.spaces.registry import SPACES, space_of
 from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
 
 # Planned for AVX-512 (blocks of 16 channels): 512 input channels are MIN_INPUT_BLOCKS blocks.

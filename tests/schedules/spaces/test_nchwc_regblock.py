@@ -13,7 +13,11 @@ from tvm import s_tir
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.db.models import TuningRecordRow
-from convtune.schedules.nchwc_conv import SPACE_NAME, is_blocked_conv, schedule_blocked_conv
+from convtune.schedules.spaces.nchwc_regblock import (
+    SPACE_NAME,
+    is_blocked_conv,
+    schedule_blocked_conv,
+)
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions

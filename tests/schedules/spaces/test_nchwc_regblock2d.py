@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from tvm import s_tir
 
-from convtune.schedules.nchwc_conv import is_blocked_conv
-from convtune.schedules.nchwc_conv2d import (
+from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
+from convtune.schedules.spaces.nchwc_regblock2d import (
     SPACE_NAME,
     RegisterBlock2DConvSpace,
     design_spaces,
 )
-from convtune.schedules.registry import SPACES, space_of
+from convtune.schedules.spaces.registry import SPACES, space_of
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target

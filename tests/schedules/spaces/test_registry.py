@@ -17,14 +17,14 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import TuningRecordRow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import make_engine
-from convtune.schedules.base import DEFAULT_SPACE, ScheduleSpace, mark_space
-from convtune.schedules.generic import GenericSpace
-from convtune.schedules.nchwc_conv import RegisterBlockedConvSpace
-from convtune.schedules.nchwc_conv2d import RegisterBlock2DConvSpace
-from convtune.schedules.nchwc_kblock import SWEEP_LIMITS, ReductionBlockedConvSpace
-from convtune.schedules.registry import SPACES, applicable, get_space, space_of, union_space
-from convtune.schedules.stem_conv import StemConvSpace
-from convtune.schedules.winograd_nchwc import WinogradConvSpace
+from convtune.schedules.spaces.base import DEFAULT_SPACE, ScheduleSpace, mark_space
+from convtune.schedules.spaces.generic import GenericSpace
+from convtune.schedules.spaces.nchwc_kblock import SWEEP_LIMITS, ReductionBlockedConvSpace
+from convtune.schedules.spaces.nchwc_regblock import RegisterBlockedConvSpace
+from convtune.schedules.spaces.nchwc_regblock2d import RegisterBlock2DConvSpace
+from convtune.schedules.spaces.registry import SPACES, applicable, get_space, space_of, union_space
+from convtune.schedules.spaces.stem_nchw_nchwc import StemConvSpace
+from convtune.schedules.spaces.winograd_nchwc import WinogradConvSpace
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import Algorithm, Layout

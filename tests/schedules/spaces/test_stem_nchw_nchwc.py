@@ -1,6 +1,6 @@
-"""Convs with few input channels, compiled NCHW in, NCHW16c out (schedules/stem_conv.py): the
-layout pass selects them, every design space equals the unscheduled TIR, a tuned model equals
-onnxruntime."""
+"""Convs with few input channels, compiled NCHW in, NCHW16c out
+(schedules/spaces/stem_nchw_nchwc.py): the layout pass selects them, every design space equals
+the unscheduled TIR, a tuned model equals onnxruntime."""
 
 from __future__ import annotations
 
@@ -11,14 +11,9 @@ from sqlalchemy.orm import Session
 from tvm import s_tir
 
 from convtune.db.models import TuningRecordRow
-from convtune.schedules.registry import SPACES, space_of
-from convtune.schedules.stem_conv import (
-    SPACE_NAME,
-    StemConvSpace,
-    blocks_output_only,
-    design_spaces,
-    pack_weight,
-)
+from convtune.schedules.spaces.registry import SPACES, space_of
+from convtune.schedules.ops.stem import blocks_output_only, pack_weight
+from convtune.schedules.spaces.stem_nchw_nchwc import SPACE_NAME, StemConvSpace, design_spaces
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model

@@ -1,7 +1,7 @@
-"""Winograd F(2×2,3×3) and F(4×4,3×3) in the blocked layout (schedules/winograd_nchwc.py) equal
-the direct convolution within the documented tolerance (schedules/winograd.py): odd spatial sizes
-(partial output tiles), no or asymmetric padding, batch > 1, different input and output blocks;
-unscheduled, and under every register block the space can sample."""
+"""Winograd F(2×2,3×3) and F(4×4,3×3) in the blocked layout (schedules/spaces/winograd_nchwc.py)
+equal the direct convolution within the documented tolerance (schedules/ops/winograd.py): odd
+spatial sizes (partial output tiles), no or asymmetric padding, batch > 1, different input and
+output blocks; unscheduled, and under every register block the space can sample."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 import tvm
 from tvm import s_tir, te, topi
 
-from convtune.schedules import winograd, winograd_nchwc
-from convtune.schedules.generic import GenericSpace
-from convtune.schedules.registry import applicable
-from convtune.schedules.winograd_nchwc import Sketch
+from convtune.schedules.ops import winograd, winograd_conv
+from convtune.schedules.spaces import winograd_nchwc
+from convtune.schedules.spaces.generic import GenericSpace
+from convtune.schedules.spaces.registry import applicable
+from convtune.schedules.spaces.winograd_nchwc import Sketch
 from convtune.tuner.target import make_target
 from tests.schedules.kernels import assembly, run, with_each_distance
 
@@ -54,12 +55,10 @@ def case(name: str, tile: int) -> tuple[tvm.IRModule, list[np.ndarray], np.ndarr
     x = rng.standard_normal((shape["batch"], ci, h, w)).astype("float32")
     weight = (rng.standard_normal((co, ci, 3, 3)) * np.sqrt(2 / (9 * ci))).astype("float32")
     reference = blocked(np.maximum(direct_conv(x, weight, shape["pads"]), 0), b)
-    packed = winograd_nchwc.pack_weight(weight, tile, b)
+    packed = winograd_conv.pack_weight(weight, tile, b)
     data = te.placeholder(blocked(x, a).shape, name="data")
     u = te.placeholder(packed.shape, name="packed")
-    out = topi.nn.relu(
-        winograd_nchwc.conv2d_winograd_nchwc(data, u, shape["pads"], tile, "float32")
-    )
+    out = topi.nn.relu(winograd_conv.conv2d_winograd_nchwc(data, u, shape["pads"], tile, "float32"))
     mod = tvm.IRModule({"main": te.create_prim_func([data, u, out])})
     return mod, [blocked(x, a), packed, np.zeros(reference.shape, "float32")], reference
 
@@ -119,14 +118,14 @@ def test_only_the_winograd_space_schedules_winograd_tasks() -> None:
     # Two output-channel blocks: one and two blocks wide, each with and without a pad pass,
     # threads over (ε, ν, channels) or over tiles.
     assert len(generator.generate_design_space(mod)) == 8
-    assert winograd_nchwc.winograd_tile(mod) == 4
+    assert winograd_conv.winograd_tile(mod) == 4
     assert not GenericSpace().applies_to(mod)
 
 
 def test_packed_weights_are_the_transform_with_output_channels_blocked() -> None:
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((32, 16, 3, 3)).astype("float32")
-    packed = winograd_nchwc.pack_weight(weight, 4, 16)
+    packed = winograd_conv.pack_weight(weight, 4, 16)
     assert packed.shape == (6, 6, 2, 16, 16)
     _, _, g = winograd.transform_matrices(4)
     expected = g @ weight[17, 3].astype(np.float64) @ g.T  # out channel 17 = chunk 1, lane 1

@@ -1,0 +1,54 @@
+"""Depthwise convs (groups = channels, one filter per channel) of blockable channels: blocked in
+and out (``schedules/spaces/depthwise_nchwc.py``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from tvm.relax import BlockBuilder, Call, Expr
+
+from convtune.schedules.ops.depthwise import (
+    blocked_depthwise_conv2d,
+    is_blockable_depthwise,
+    is_blocked_depthwise_call,
+    legalize_depthwise_conv2d,
+)
+
+from .base import ConvKind, ConvOperands, ConvSite, Decision
+
+
+class DepthwiseKind(ConvKind):
+    name: ClassVar[str] = "depthwise"
+
+    def decide(self, site: ConvSite) -> Decision | None:
+        x, w, groups = site.x_shape, site.w_shape, site.groups
+        if not (groups != 1 and groups == x[1] and w[1] == 1):
+            return None
+        if not (
+            site.constant_weight
+            and site.in_block is not None
+            and is_blockable_depthwise(x, w, groups, site.in_block)
+        ):
+            return Decision(
+                False, f"depthwise conv of {x[1]} channels, not a multiple of {site.smallest}"
+            )
+        if not site.input_blocked:
+            # A depthwise conv reads its input once and writes its output once; alone in an
+            # NCHW region (ShuffleNet) it would add two transforms, each as much memory traffic
+            # again as the conv itself.
+            return Decision(
+                False, "depthwise conv with an NCHW input (blocked alone: 2 transforms)"
+            )
+        return Decision(True, "depthwise kernel (schedules/spaces/depthwise_nchwc.py)")
+
+    def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
+        assert operands.data_block is not None
+        return blocked_depthwise_conv2d(
+            operands.data, site.weight_array(), site.attrs, operands.data_block
+        )
+
+    def legalizes(self, call: Call) -> bool:
+        return len(str(call.attrs.data_layout)) != 4 and is_blocked_depthwise_call(call)
+
+    def legalize(self, bb: BlockBuilder, call: Call) -> Expr:
+        return legalize_depthwise_conv2d(bb, call)
