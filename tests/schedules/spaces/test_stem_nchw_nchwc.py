@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from tvm import s_tir
 
 from convtune.db.models import TuningRecordRow
-from convtune.schedules.spaces.registry import SPACES, space_of
 from convtune.schedules.ops.stem import blocks_output_only, pack_weight
+from convtune.schedules.spaces.registry import SPACES, space_of
 from convtune.schedules.spaces.stem_nchw_nchwc import SPACE_NAME, StemConvSpace, design_spaces
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
