@@ -199,8 +199,8 @@ def test_missing_paths_fails_on_a_stale_reference(tmp_path: Path) -> None:
 
 def test_exists_expands_globs_and_braces() -> None:
     assert exists("tuner/*.py")
-    assert exists("tuner/{search,pipeline}.py")
-    assert not exists("tuner/{search,nothing}.py")
+    assert exists("tuner/{bench,pipeline}.py")
+    assert not exists("tuner/{bench,nothing}.py")
     assert not exists("bench/reports/*-never-written.md")
 
 
