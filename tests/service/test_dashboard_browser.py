@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 
 from convtune.db.models import TuningRecordRow
 from convtune.db.session import make_engine
+from convtune.tuner.events import EventKind
 from tests.models import run_onnxruntime, three_conv_cnn, to_bytes
 from tests.service.conftest import REPO, Service, database, start_service
 
@@ -230,6 +231,14 @@ def test_job_page_updates_live_without_reload(page: Page, watched_job: dict[str,
             assert float(shown) == pytest.approx(layer["best_gflops"])
     page.goto(f"/jobs/{job['id']}")
     screenshot(page, "job.png")
+
+
+def test_the_job_page_listens_for_every_event_kind(page: Page, watched_job: dict[str, Any]) -> None:
+    """The stream names each event's kind; a kind the page does not listen for never refreshes
+    it (the list was hand-kept in dashboard.js and had fallen 12 kinds behind)."""
+    page.goto(f"/jobs/{watched_job['job']['id']}")
+    listened = page.evaluate("JSON.parse(document.body.dataset.eventKinds)")
+    assert listened == [kind.value for kind in EventKind]
 
 
 def test_layer_table_sorts_on_click(page: Page, watched_job: dict[str, Any]) -> None:

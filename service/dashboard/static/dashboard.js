@@ -239,9 +239,8 @@ const convtune = (() => {
     drawConvergence(view.convergence);
   }
 
-  const EVENT_KINDS = ["queued", "claimed", "requeued", "extracted", "search_planned", "trial_batch",
-    "cost_model_warm_start", "build_started", "verified", "done", "measure_started", "measured", "measure_failed", "succeeded", "failed",
-    "cancelled"];
+  // Every kind a job's stream may send (tuner/events.py's EventKind, rendered into the page).
+  const EVENT_KINDS = JSON.parse(document.body.dataset.eventKinds || "[]");
 
   function followJob(jobId) {
     let pending = null;
