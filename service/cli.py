@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -72,39 +73,42 @@ def workloads(
         relax_model, tasks = extract_tasks(
             ingested, make_target(target), algorithms=TuneOptions().algorithms
         )
-    rows = [task.as_dict() for task in tasks]
-    layout = relax_model.layout_summary()
-    if as_json:
-        document = {"model": ingested.name, "sha256": ingested.sha256, "workloads": rows}
-        print(json.dumps({**document, "layout": layout}))
-        return
-    table = Table(title=f"{ingested.name}: {len(rows)} tasks", title_justify="left")
-    for column in ("#", "kind", "op", "shape", "layout", "ONNX nodes", "×", "MFLOP", "task"):
-        table.add_column(column, justify="right" if column in ("#", "×", "MFLOP") else "left")
-    for row in sorted(rows, key=lambda r: (r["kind"] == "other", -r["flops"] * r["occurrences"])):
-        table.add_row(
-            str(len(table.rows)),
-            row["kind"],
-            row["op"] or "-",
-            row["shape"],
-            layout_label(row["description"], missing="-"),
-            _nodes_text(row["onnx_nodes"]),
-            str(row["occurrences"]),
-            f"{row['flops'] / 1e6:.1f}",
-            row["task"],
-        )
-    Console().print(table)
-    _print_layout(layout)
+        rows = [task.as_dict() for task in tasks]
+        layout = relax_model.layout_summary()
+        if as_json:
+            document = {"model": ingested.name, "sha256": ingested.sha256, "workloads": rows}
+            print(json.dumps({**document, "layout": layout}))
+            return
+        table = Table(title=f"{ingested.name}: {len(rows)} tasks", title_justify="left")
+        for column in ("#", "kind", "op", "shape", "layout", "ONNX nodes", "×", "MFLOP", "task"):
+            table.add_column(column, justify="right" if column in ("#", "×", "MFLOP") else "left")
+        order = sorted(rows, key=lambda r: (r["kind"] == "other", -r["flops"] * r["occurrences"]))
+        for row in order:
+            table.add_row(
+                str(len(table.rows)),
+                row["kind"],
+                row["op"] or "-",
+                row["shape"],
+                layout_label(row["description"], missing="-"),
+                _nodes_text(row["onnx_nodes"]),
+                str(row["occurrences"]),
+                f"{row['flops'] / 1e6:.1f}",
+                row["task"],
+            )
+        Console().print(table)
+        _print_layout(layout)
+
+
+#: A blocked layout in a conv's plan entry ("NCHW16c", "NCHW8c→NCHW16c", "NCHW16c→NCHW").
+BLOCK = re.compile(r"NCHW(\d+)c")
 
 
 def _print_layout(layout: dict[str, Any]) -> None:
     """One line on the blocked layout, then one warning per fallback taken."""
     if "convs" in layout:
-        # Output layouts of the blocked convs, widest block first: NCHW16c, NCHW8c.
-        blocks = sorted(
-            {c["layout"].rpartition("→")[2] for c in layout["convs"] if c["layout"] != "NCHW"},
-            key=lambda name: -int(name[4:-1]),
-        )
+        # The blocks the convs read or write, widest first: NCHW16c, NCHW8c.
+        sizes = {int(size) for c in layout["convs"] for size in BLOCK.findall(c["layout"])}
+        blocks = [f"NCHW{size}c" for size in sorted(sizes, reverse=True)]
         console.print(
             f"layout: {layout['blocked_convs']} of {len(layout['convs'])} convs blocked"
             f"{' (' + ', '.join(blocks) + ')' if blocks else ''}, "

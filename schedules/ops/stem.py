@@ -17,6 +17,11 @@ from .conv_call import conv2d_call, lower_conv2d
 STEM_BLOCK = "conv2d_nchw_NCHWc"
 
 
+#: The most input channels a conv may have for this op when no block divides them: the stem
+#: space unrolls the input-channel loop whole (``schedules/spaces/stem_nchw_nchwc.py``).
+MAX_UNROLLED_CHANNELS = 64
+
+
 def blocks_output_only(
     in_channels: int,
     out_channels: int,
@@ -24,13 +29,19 @@ def blocks_output_only(
     lanes: int,
     *,
     unblockable_pixel: bool = False,
+    unblockable_input: bool = False,
 ) -> bool:
     """Whether a conv is compiled NCHW in, NCHW{lanes}c out: a dense conv whose output channels
     divide by the lanes and whose input channels do not, being fewer than a block (the RGB
-    stem) or, with ``unblockable_pixel``, a 1×1 conv of a single pixel whose channels no block
-    divides. The latter is squeeze-excitation's excitation (EfficientNet-B0: 20 → 480): kept
-    NCHW, its gate was NCHW too and the 14×14×480 tensor it scales went to NCHW and back."""
-    return groups == 1 and out_channels % lanes == 0 and (in_channels < lanes or unblockable_pixel)
+    stem), or, with ``unblockable_input``, a count no block divides (12, 20, 36: PP-OCR's
+    12-channel stages, YOLOv5's Focus stem) up to :data:`MAX_UNROLLED_CHANNELS`, or, with
+    ``unblockable_pixel``, a 1×1 conv of a single pixel whose channels no block divides. The
+    latter is squeeze-excitation's excitation (EfficientNet-B0: 20 → 480): kept NCHW, its gate
+    was NCHW too and the 14×14×480 tensor it scales went to NCHW and back. An unblockable input
+    is NCHW in any case; without this op its conv ran NCHW in the generic space (issue #31: a
+    12→24 3×3 conv at 208×208 at 3.5% of peak, 4.8× onnxruntime's time)."""
+    few = in_channels < lanes or (unblockable_input and in_channels <= MAX_UNROLLED_CHANNELS)
+    return groups == 1 and out_channels % lanes == 0 and (few or unblockable_pixel)
 
 
 def pack_weight(weight: np.ndarray, lanes: int) -> np.ndarray:

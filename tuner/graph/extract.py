@@ -480,6 +480,18 @@ def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
     return {"layout": conv.layout, "layout_reason": conv.reason}
 
 
+def _computed_anchor(anchor: _Anchor, plan: LayoutPlan | None, index: int) -> _Anchor:
+    """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
+    its output channels to a block, its TIR block has more outputs than the ONNX node."""
+    if plan is None or plan.fallback or index >= len(plan.convs):
+        return anchor
+    conv = plan.convs[index]
+    if conv.computed_channels <= conv.out_channels:
+        return anchor
+    outputs = anchor.outputs // conv.out_channels * conv.computed_channels
+    return _Anchor(outputs=outputs, reduction=anchor.reduction)
+
+
 def _compile_error(stage: str, exc: BaseException) -> UnsupportedOpError:
     """One line for a TVM failure no fallback could avoid, naming the op where TVM names it."""
     return UnsupportedOpError(f"TVM could not compile the model ({stage}): {error_line(exc)}")
@@ -521,6 +533,7 @@ def _link_onnx_nodes(
         anchor, desc = found
         if node.op_type == "Conv":
             desc.update(_conv_layout(plan, conv_index))
+            anchor = _computed_anchor(anchor, plan, conv_index)
         elif node.op_type == "ConvTranspose" and plan is not None:
             desc.update(layout="NCHW", layout_reason="ConvTranspose is compiled NCHW")
         for i, (func_name, site_anchor) in enumerate(sites):

@@ -118,6 +118,9 @@ class ConvLayout:
     winograd_eligible: bool = False
     #: Its Winograd output tile m of F(m×m, 3×3), or 0 where it runs the direct convolution.
     winograd_tile: int = 0
+    #: The output channels its kernel computes: more than ``out_channels`` where zero filters
+    #: pad them to a block (conv_kinds/padded_out.py); 0 until it is planned blocked.
+    computed_channels: int = 0
 
     @property
     def blocked(self) -> bool:
@@ -139,6 +142,7 @@ class ConvLayout:
             "reason": self.reason,
             "algorithm": self.algorithm,
             "winograd_eligible": self.winograd_eligible,
+            "computed_channels": self.computed_channels or self.out_channels,
         }
 
 
@@ -348,7 +352,7 @@ class _BlockingMutator(PyExprMutator):
         value, var = binding.value, binding.var
         is_call = isinstance(value, Call) and isinstance(value.op, Op)
         if is_call and self._rewrite_call(var, value):
-            if not isinstance(var, relax.DataflowVar):
+            if not isinstance(var, relax.DataflowVar) and var in self.blocked:
                 # A function output is NCHW: the blocked value is transformed back into it.
                 held = self.blocked[var]
                 back = relax.op.layout_transform(held.var, _to_nchw(held.block))
@@ -440,9 +444,9 @@ class _BlockingMutator(PyExprMutator):
             # Raised through TVM's FFI, which rewraps it: the plan keeps the identity.
             self.plan.failure = (index, exc)
             raise
-        out_block = self.blocked[var].block
+        entry.computed_channels = kind.out_channels(site)
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
-        out_layout = f"NCHW{out_block}c"
+        out_layout = f"NCHW{self.blocked[var].block}c" if kind.writes_blocked else "NCHW"
         entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
         entry.reason = reason
         return True
@@ -478,7 +482,7 @@ class _BlockingMutator(PyExprMutator):
         call = site.call
         out_shape = _shape(call)
         assert out_shape is not None
-        out_block = self._block(out_shape[1])
+        out_block = self._block(kind.out_channels(site))
         assert out_block is not None
         if kind.reads_blocked:
             held = self._as_blocked(call.args[0])
@@ -490,7 +494,19 @@ class _BlockingMutator(PyExprMutator):
         if not isinstance(weight, GenericConst):
             weight = self.visit_expr(weight)
         operands = ConvOperands(data, data_block, weight, out_block, tile)
-        self._emit_blocked(var, kind.build(self.builder_, site, operands), out_shape[1])
+        built = kind.build(self.builder_, site, operands)
+        if kind.writes_blocked:
+            self._emit_blocked(var, built, out_shape[1])
+        else:
+            self._emit_nchw(var, built)
+
+    def _emit_nchw(self, var: relax.Var, expr: Expr) -> None:
+        """Bind ``var`` to an NCHW value computed from blocked ones (a function output is
+        emitted as one)."""
+        dataflow = self.builder_.current_block_is_dataflow()
+        output = dataflow and not isinstance(var, relax.DataflowVar)
+        emit = self.builder_.emit_output if output else self.builder_.emit
+        self.set_var_remap(var, emit(expr, name_hint=var.name))
 
     def _carry(self, var: relax.Var, call: Call, name: str) -> bool | None:
         """Emit ``call`` on blocked operands if its op can carry the layout; None otherwise."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
+from .padded_out import PaddedOutputKind
 from .stem import StemKind
 from .winograd import WinogradKind
 
@@ -17,6 +18,7 @@ CONV_KINDS: tuple[ConvKind, ...] = (
     DepthwiseKind(),
     StemKind(),
     WinogradKind(),
+    PaddedOutputKind(),
     DenseKind(),
 )
 

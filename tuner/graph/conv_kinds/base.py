@@ -73,6 +73,9 @@ class ConvKind(ABC):
     name: ClassVar[str]
     #: Whether the kind reads its input blocked (``NCHW{a}c``); False: NCHW in (the stem).
     reads_blocked: ClassVar[bool] = True
+    #: Whether its output is blocked (``NCHW{b}c``, the rest of the island reads it so);
+    #: False: :meth:`build` returns the NCHW output itself (a kind that pads channels).
+    writes_blocked: ClassVar[bool] = True
     #: The base kind this one is an alternative algorithm of (None: a base kind).
     variant_of: ClassVar[str | None] = None
 
@@ -81,9 +84,14 @@ class ConvKind(ABC):
         """None when the conv is not of this kind; else whether it runs blocked, and why. For
         a variant: whether the conv is eligible for it (a blocked decision) or None."""
 
+    def out_channels(self, site: ConvSite) -> int:
+        """The output channels the blocked conv computes (the block is chosen for them)."""
+        return site.w_shape[0]
+
     @abstractmethod
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
-        """The conv's Relax expression in this kind's layout (its output ``NCHW{b}c``)."""
+        """The conv's Relax expression: its output ``NCHW{b}c``, or NCHW when the kind does not
+        :attr:`writes_blocked`."""
 
     def legalizes(self, call: Call) -> bool:
         """Whether a Relax conv2d call is one this kind built (and :meth:`legalize` lowers)."""

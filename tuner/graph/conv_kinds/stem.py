@@ -34,6 +34,7 @@ class StemKind(ConvKind):
                 unblockable_pixel=site.in_block is None
                 and tuple(x[2:]) == (1, 1)
                 and tuple(w[2:]) == (1, 1),
+                unblockable_input=site.in_block is None,
             )
         ):
             return Decision(True, f"{x[1]} input channels: NCHW in, blocked out (stem kernel)")
