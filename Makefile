@@ -14,18 +14,18 @@ install: $(BIN)/convtune
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules bench
 	$(BIN)/python -m pytest -q -x --durations=15 tests
 
 test-fast: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules bench
 	$(BIN)/python -m pytest -q -x --durations=15 -m "not slow" tests
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules
+	$(BIN)/mypy --config-file pyproject.toml tuner db service schedules bench
 
 serve: install
 	$(BIN)/convtune serve

@@ -77,6 +77,7 @@ def cover_model(
     """One model through ingest → extract → tune → verify → bench; never raises."""
     from convtune.tuner.bench import ORT, TUNED, bench_model
     from convtune.tuner.errors import ConvtuneError
+    from convtune.tuner.events import BuildStarted, Event, Extracted
     from convtune.tuner.graph.ingest import load_model
     from convtune.tuner.options import TuneOptions
     from convtune.tuner.pipeline import tune_model
@@ -86,11 +87,11 @@ def cover_model(
     started = time.perf_counter()
     extracted: dict[str, Any] = {}
 
-    def on_event(kind: str, payload: dict[str, Any]) -> None:
-        if kind == "extracted":
-            extracted.update(payload)
+    def on_event(event: Event) -> None:
+        if isinstance(event, Extracted):
+            extracted.update(event.as_dict())
             row["stage"] = "tune"
-        elif kind == "build_started":
+        elif isinstance(event, BuildStarted):
             row["stage"] = "build+verify"
 
     try:

@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import tvm
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         model = single_conv(entry)
         _, tasks = extract_tasks(load_model(model.SerializeToString()), target, "nchwc")
         task = next(t for t in tasks if t.kind == "conv")
-        best: dict[str, tuple[float, object]] = {}
+        best: dict[str, tuple[float, Callable[[], float]]] = {}
         # Every registered space but the generic one, whose sketches are not worth sampling.
         for space in applicable(task.mod):
             if space.name == DEFAULT_SPACE:
@@ -118,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---:|---:|---:|",
     ]
     for row in rows:
-        ort = row["onnxruntime"]
+        peer = row["onnxruntime"]
         for name, figures in row.items():
             if not isinstance(figures, dict):
                 continue
+            median, p10 = figures["median_ms"], figures["p10_ms"]
             lines.append(
                 f"| {row['workload']} | {name} | {figures['gflops']:.0f} | "
-                f"{figures['median_ms']:.3f} ({figures['p10_ms']:.3f}) | "
-                f"{ort['median_ms'] / figures['median_ms']:.2f}, "
-                f"{ort['p10_ms'] / figures['p10_ms']:.2f} |"
+                f"{median:.3f} ({p10:.3f}) | "
+                f"{peer['median_ms'] / median:.2f}, {peer['p10_ms'] / p10:.2f} |"
             )
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -33,6 +33,7 @@ from typing import Any
 from convtune.db.migrate import upgrade
 from convtune.db.session import make_engine
 from convtune.service.app.fleets import FleetCreate, create_fleet
+from convtune.tuner.events import BuildStarted, Event, EventKind
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.measure.fleet import Fleet, FleetUnavailable
 from convtune.tuner.measure.rpc import fleet_devices
@@ -108,13 +109,13 @@ def tune_round(fleet: Fleet | None, args: argparse.Namespace) -> dict[str, Any]:
     url = f"sqlite:///{work / 'bench.db'}"
     upgrade(url)
     engine = make_engine(url)
-    times: dict[str, float] = {}
+    times: dict[EventKind, float] = {}
     measured: list[int] = []
 
-    def on_event(kind: str, payload: dict[str, Any]) -> None:
-        times.setdefault(kind, time.monotonic())
-        if kind == "build_started":
-            measured.append(int(payload["trials_measured"]))
+    def on_event(event: Event) -> None:
+        times.setdefault(event.kind, time.monotonic())
+        if isinstance(event, BuildStarted):
+            measured.append(event.trials_measured)
 
     try:
         if fleet is not None:
@@ -144,7 +145,7 @@ def tune_round(fleet: Fleet | None, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         engine.dispose()
         shutil.rmtree(work, ignore_errors=True)
-    seconds = times["build_started"] - times["search_planned"]
+    seconds = times[EventKind.BUILD_STARTED] - times[EventKind.SEARCH_PLANNED]
     return {"trials": measured[0], "seconds": seconds, "per_minute": measured[0] * 60 / seconds}
 
 

@@ -41,6 +41,7 @@ from convtune.db.session import data_dir, make_engine
 from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.algorithms import manifest_winograd, time_with_alternatives
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
+from convtune.tuner.events import CostModelWarmStart, Event, EventKind, SearchPlanned
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.measure.peak import PeakResult
 from convtune.tuner.measure.reference import openvino_version
@@ -383,14 +384,15 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
     threads = target_threads(target, args.threads)
     out_dir = data_dir() / "bench" / name
     print(f"[{name}] tuning ({args.trials_per_task} trials/task, {args.budget_minutes} min)")
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[Event] = []
     # The curve's minute 0: when the search planned its trials (after extraction, before the
     # cost model's warm start, which is part of the search's time).
-    moments: dict[str, datetime.datetime] = {"begun": datetime.datetime.now(datetime.UTC)}
+    begun = datetime.datetime.now(datetime.UTC)
+    moments: dict[EventKind, datetime.datetime] = {}
 
-    def on_event(kind: str, payload: dict[str, Any]) -> None:
-        events.append((kind, payload))
-        moments.setdefault(kind, datetime.datetime.now(datetime.UTC))
+    def on_event(event: Event) -> None:
+        events.append(event)
+        moments.setdefault(event.kind, datetime.datetime.now(datetime.UTC))
 
     start = time.perf_counter()
     options = TuneOptions(
@@ -438,22 +440,21 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         bench_doc["isolated"] = isolated
     store_artifact_results(engine, tuned.artifact_id, bench=bench_doc, profile=rows)
     search = tuned.manifest["search"]
-    started_at = moments.get("search_planned", ended_at)
-    curve = tuning_curve(engine, tuned.model_id, started_at, moments.get("build_started", ended_at))
+    started_at = moments.get(EventKind.SEARCH_PLANNED, ended_at)
+    built_at = moments.get(EventKind.BUILD_STARTED, ended_at)
+    curve = tuning_curve(engine, tuned.model_id, started_at, built_at)
     calibrate_curve(curve, bench_doc)
-    planned = next((p for kind, p in events if kind == "search_planned"), {})
-    warm = next((p for kind, p in events if kind == "cost_model_warm_start"), None)
+    planned = next((e for e in events if isinstance(e, SearchPlanned)), None)
+    warm = next((e.as_dict() for e in events if isinstance(e, CostModelWarmStart)), None)
     return {
         "date": args.date,
         "model": name,
         "label": args.label,
         "curve": curve,
         "cost_model": warm,
-        "extraction_minutes": (
-            moments.get("extracted", started_at) - moments["begun"]
-        ).total_seconds()
+        "extraction_minutes": (moments.get(EventKind.EXTRACTED, started_at) - begun).total_seconds()
         / 60,
-        "allocation": planned.get("allocation", []),
+        "allocation": planned.allocation if planned else [],
         "artifact_id": tuned.artifact_id,
         "machine": machine(),
         "peak": peak.as_dict(),

@@ -519,9 +519,7 @@ def random_inputs(
 ) -> dict[str, np.ndarray]:
     """Seeded float32 feeds for every graph input (``shapes`` overrides/pins dynamic dims)."""
     rng = np.random.default_rng(seed)
-    all_shapes = dict(shapes or {})
-    if not all_shapes:
-        all_shapes = static_input_shapes(model)
+    all_shapes: Mapping[str, Sequence[int]] = dict(shapes or {}) or static_input_shapes(model)
     return {
         name: rng.standard_normal(tuple(shape)).astype(np.float32)
         for name, shape in all_shapes.items()
