@@ -119,6 +119,52 @@ def test_convtranspose_output_shape_becomes_pads() -> None:
     assert _same_under_ort(model, out)
 
 
+@pytest.mark.parametrize(("kernel", "bias"), [((2, 2), True), ((2, 2), False), ((3, 2), True)])
+def test_an_unpooling_convtranspose_becomes_a_1x1_conv_and_a_pixel_shuffle(
+    kernel: tuple[int, int], bias: bool
+) -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 4, *kernel)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    out_shape = [1, 4, 5 * kernel[0], 7 * kernel[1]]
+    model = _model(
+        [helper.make_node("ConvTranspose", inputs, ["y"], strides=list(kernel))],
+        [("x", [1, 6, 5, 7])],
+        [("y", out_shape)],
+        [("w", w), ("b", b)] if bias else [("w", w)],
+    )
+    out, applied = nz.normalize(model)
+    assert applied == ["unpool-convtranspose"]
+    ops = [n.op_type for n in out.graph.node]
+    assert ops == ["Conv", "Reshape", "Transpose", "Reshape"]
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2], "kernel_shape": [3, 3]},  # overlapping taps
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"strides": [2, 2], "group": 2},
+        {"strides": [2, 2], "output_padding": [1, 1]},
+    ],
+)
+def test_other_convtransposes_are_left_to_the_frontend(attrs: dict) -> None:
+    kernel = attrs.get("kernel_shape", [2, 2])
+    groups = attrs.get("group", 1)
+    w = np.random.default_rng(0).standard_normal((4, 4 // groups, *kernel)).astype(np.float32)
+    model = _model(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)],
+        [("x", [1, 4, 5, 5])],
+        [("y", None)],
+        [("w", w)],
+    )
+    out, applied = nz.normalize(model)
+    assert "unpool-convtranspose" not in applied
+    assert [n.op_type for n in out.graph.node] == ["ConvTranspose"]
+
+
 @pytest.mark.parametrize("p", [1, 2])
 def test_lp_normalization_is_lowered(p: int) -> None:
     model = _model(

@@ -21,6 +21,9 @@ Rewrites, in order:
   (C, 1, ...) before the upgrade; a (C, 1, 1) slope is the frontend's own per-axis nn.prelu.
 - ``convtranspose``: ``output_shape`` becomes explicit pads (and output_padding); pads
   larger than the stride are the frontend's business (it handles them).
+- ``unpool-convtranspose``: a ConvTranspose whose kernel equals its stride becomes a 1×1 Conv
+  and a pixel shuffle, for speed: TVM compiles ConvTranspose NCHW in no space of ours, the 1×1
+  conv runs blocked (measured in the function's docstring).
 - ``lpnorm``: LpNormalization becomes ``x / ReduceL1|ReduceL2(x, axis)``.
 - ``batchnorm``: a BatchNormalization in training mode (batch statistics, and the running
   statistics outputs) is spelled out.
@@ -469,6 +472,59 @@ def _lower_convtranspose(
     return [node]
 
 
+def _unpool_convtranspose(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "ConvTranspose", _lower_unpool_convtranspose)
+
+
+def _lower_unpool_convtranspose(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    """A 2-D ConvTranspose whose kernel equals its stride (no overlap, no padding: DB and U-Net
+    heads' 2×2 stride-2 upsampling) as a 1×1 Conv to ``Cout·kh·kw`` channels and a pixel
+    shuffle (Reshape/Transpose/Reshape). TVM compiles ConvTranspose NCHW with no space of ours:
+    PP-OCRv5's detector spent 4.6 of its 13.2 ms in two of them (24→24 at 80×80: 3.28 ms against
+    onnxruntime's 0.49; Zen 4, 2026-12-03), where the 1×1 conv runs blocked like any other."""
+    attrs = _attrs(node)
+    x_shape, w = g.shapes.get(node.input[0]), g.const(node.input[1])
+    if x_shape is None or w is None or len(x_shape) != 4 or w.ndim != 4:
+        return None
+    cin, cout, kh, kw = w.shape
+    flat = [1, 1]
+    if (
+        attrs.get("group", 1) != 1
+        or list(attrs.get("strides", flat)) != [kh, kw]
+        or list(attrs.get("dilations", flat)) != flat
+        or any(attrs.get("pads", [0] * 4))
+        or any(attrs.get("output_padding", [0, 0]))
+        or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+        or "output_shape" in attrs
+    ):
+        return None
+    n, _, h, width = x_shape
+    y, base = node.output[0], node.name or node.output[0]
+    # Output channel (co, i, j) of the 1x1 conv is the tap (i, j) of output channel co.
+    weight = g.add_const(f"{y}_w1x1", w.transpose(1, 2, 3, 0).reshape(cout * kh * kw, cin, 1, 1))
+    inputs = [node.input[0], weight]
+    if len(node.input) > 2 and node.input[2]:
+        bias = g.const(node.input[2])
+        if bias is None:
+            return None
+        inputs.append(g.add_const(f"{y}_b1x1", np.repeat(bias, kh * kw)))
+    taps, split, moved = g.fresh(f"{y}_taps"), g.fresh(f"{y}_split"), g.fresh(f"{y}_moved")
+    shape6 = g.add_const(f"{y}_shape6", np.array([n, cout, kh, kw, h, width], np.int64))
+    shape4 = g.add_const(f"{y}_shape4", np.array([n, cout, h * kh, width * kw], np.int64))
+    return [
+        helper.make_node("Conv", inputs, [taps], kernel_shape=[1, 1], name=f"{base}/taps"),
+        helper.make_node("Reshape", [taps, shape6], [split], name=f"{base}/split"),
+        # (n, co, i, j, h, w) -> (n, co, h, i, w, j): tap (i, j) of pixel (h, w) lands at
+        # (h·kh + i, w·kw + j).
+        helper.make_node(
+            "Transpose", [split], [moved], perm=[0, 1, 4, 2, 5, 3], name=f"{base}/shuffle"
+        ),
+        helper.make_node("Reshape", [moved, shape4], [y], name=node.name),
+    ]
+
+
 def _lpnorm(model: onnx.ModelProto) -> onnx.ModelProto | None:
     return _replace_nodes(model, "LpNormalization", _lower_lpnorm)
 
@@ -845,6 +901,7 @@ _REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]]
     ("opset", _upgrade_opset),
     ("resize", _resize),
     ("convtranspose", _convtranspose),
+    ("unpool-convtranspose", _unpool_convtranspose),
     ("lpnorm", _lpnorm),
     ("batchnorm", _batchnorm),
     ("spacetodepth", _space_to_depth),
