@@ -305,6 +305,18 @@ def conv_transpose() -> onnx.ModelProto:
     return n.model(n.conv(t, 16, 16), "conv_transpose")
 
 
+def conv_transpose_overlapping() -> onnx.ModelProto:
+    """A 4x4 stride-2 ConvTranspose (FCN upsampling): no pixel shuffle, it stays a
+    ConvTranspose in NCHW between blocked convs."""
+    n = Net()
+    a = n.conv("x", 16, 32)
+    w = (n.rng.standard_normal((32, 16, 4, 4)) * 0.2).astype(np.float32)
+    t = n.op(
+        "ConvTranspose", [a, n.const(w)], kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1]
+    )
+    return n.model(n.conv(t, 16, 16), "conv_transpose_overlapping")
+
+
 def depthwise_grouped() -> onnx.ModelProto:
     n = Net()
     a = n.conv("x", 16, 32)
@@ -413,7 +425,9 @@ CASES: dict[str, Case] = {
     "prelu": Case(activation("prelu"), blocked=2, transforms=4),
     "leakyrelu": Case(activation("leakyrelu"), blocked=2, transforms=2),
     "softmax": Case(activation("softmax"), blocked=2, transforms=4),
-    "conv_transpose": Case(conv_transpose, blocked=2, transforms=4),
+    # kernel == stride: a blocked 1x1 conv and a pixel shuffle in NCHW
+    "conv_transpose": Case(conv_transpose, blocked=3, transforms=4),
+    "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=2, transforms=4),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
     # transform), the 20→32 conv reads it NCHW, and its blocked output goes back to NCHW
@@ -423,7 +437,7 @@ CASES: dict[str, Case] = {
         inverted_residuals_half_blocks, blocked=10, transforms=1
     ),
     "yolo_head": Case(yolo_head, blocked=10, transforms=3),
-    "unet_decoder": Case(unet_decoder, blocked=6, transforms=4),
+    "unet_decoder": Case(unet_decoder, blocked=7, transforms=4),
 }
 
 
