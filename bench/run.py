@@ -56,6 +56,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from bench.corpus import ENTRIES as CORPUS
 from bench.corpus import entry as corpus_entry
 from bench.layer_spaces import conv_space_markdown, conv_space_rows
+from bench.summary import gaps_markdown, summary_markdown
 from bench.zoo import BUILDERS, INPUT_NAME, zoo_model
 
 REPORTS = pathlib.Path(__file__).resolve().parent / "reports"
@@ -333,6 +334,7 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
         *profile_caveats(report["profile"]),
         *markdown(PROFILE_COLUMNS, report["profile"]),
         "",
+        *gaps_markdown(report["profile"]),
     ]
     if report.get("conv_spaces"):
         md += [
@@ -566,15 +568,22 @@ def main(argv: list[str] | None = None) -> list[pathlib.Path]:
     engine = make_engine(args.db)
     target = make_target(args.target)
     peak, _ = resolve_peak(engine, target, os.cpu_count() or 1, store=True)
-    written = []
+    written, reports = [], []
+    label = f"-{args.label}" if args.label else ""
     for name in args.models.split(","):
         report = run_model(name, args, engine, peak)
         # The model's name with its input size (resnet50-256), and the run's label: a warm run
         # must not overwrite the cold one's report.
-        label = f"-{args.label}" if args.label else ""
         path = write_report(f"{report['model']}{label}", report, args.out)
         print(path.read_text())
         written.append(path)
+        reports.append(report)
+    benched = [r for r in reports if r.get("bench_isolated")]
+    if len(benched) > 1:
+        summary = args.out / f"{args.date}-summary{label}.md"
+        summary.write_text("\n".join(summary_markdown(benched, f"{len(benched)} models{label}")))
+        print(summary.read_text())
+        written.append(summary)
     return written
 
 
