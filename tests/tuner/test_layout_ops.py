@@ -305,6 +305,31 @@ def conv_transpose() -> onnx.ModelProto:
     return n.model(n.conv(t, 16, 16), "conv_transpose")
 
 
+def depth_to_space(mode: str) -> Callable[[], onnx.ModelProto]:
+    """ONNX DepthToSpace between blocked convs: DCR moves whole blocks (carried blocked); CRD
+    (PyTorch's PixelShuffle) interleaves channels within a block, so it runs NCHW."""
+
+    def build() -> onnx.ModelProto:
+        n = Net()
+        a = n.conv("x", 16, 64)
+        up = n.op("DepthToSpace", [a], blocksize=2, mode=mode)
+        return n.model(n.conv(up, 16, 16), f"depth_to_space_{mode.lower()}")
+
+    return build
+
+
+def depth_to_space_side_use() -> onnx.ModelProto:
+    """A DCR shuffle whose permuted 6-D tensor is also read by another op: that reader gets it
+    back unblocked, the shuffle itself stays blocked."""
+    n = Net()
+    a = n.conv("x", 16, 64)
+    split = n.op("Reshape", [a, n.const(_ints([1, 2, 2, 16, 8, 8]))])
+    moved = n.op("Transpose", [split], perm=[0, 3, 4, 1, 5, 2])
+    up = n.op("Reshape", [moved, n.const(_ints([1, 16, 16, 16]))])
+    side = n.op("ReduceMax", [n.op("Neg", [moved])], axes=[3, 5], keepdims=0)
+    return n.model([n.conv(up, 16, 16), side], "depth_to_space_side_use")
+
+
 def conv_transpose_overlapping() -> onnx.ModelProto:
     """A 4x4 stride-2 ConvTranspose (FCN upsampling): no pixel shuffle, it stays a
     ConvTranspose in NCHW between blocked convs."""
@@ -425,8 +450,13 @@ CASES: dict[str, Case] = {
     "prelu": Case(activation("prelu"), blocked=2, transforms=4),
     "leakyrelu": Case(activation("leakyrelu"), blocked=2, transforms=2),
     "softmax": Case(activation("softmax"), blocked=2, transforms=4),
-    # kernel == stride: a blocked 1x1 conv and a pixel shuffle in NCHW
-    "conv_transpose": Case(conv_transpose, blocked=3, transforms=4),
+    # kernel == stride: a blocked 1x1 conv and a depth-to-space carried blocked
+    "conv_transpose": Case(conv_transpose, blocked=3, transforms=2),
+    "depth_to_space_dcr": Case(depth_to_space("DCR"), blocked=2, transforms=2),
+    "depth_to_space_crd": Case(depth_to_space("CRD"), blocked=2, transforms=4),
+    # input in, output out, and the side reader's unblocked copy (no layout_transform: a
+    # permute and a reshape)
+    "depth_to_space_side_use": Case(depth_to_space_side_use, blocked=2, transforms=2),
     "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=2, transforms=4),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
@@ -437,7 +467,7 @@ CASES: dict[str, Case] = {
         inverted_residuals_half_blocks, blocked=10, transforms=1
     ),
     "yolo_head": Case(yolo_head, blocked=10, transforms=3),
-    "unet_decoder": Case(unet_decoder, blocked=7, transforms=4),
+    "unet_decoder": Case(unet_decoder, blocked=7, transforms=2),
 }
 
 

@@ -22,7 +22,9 @@ on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a mod
   binary ops with a same-shape blocked operand or a per-channel/scalar constant (bias, folded
   BatchNorm, residual add, SiLU/HardSwish arithmetic), max/avg pooling (ceil_mode and
   count_include_pad included), the spatial mean of GlobalAveragePool, Concat and Split along
-  channels when every piece is a whole number of blocks, Resize, Dropout;
+  channels when every piece is a whole number of blocks, Resize, Dropout, and a DCR
+  depth-to-space (reshape, permute, reshape: the upsampling ConvTranspose of DB and U-Net heads
+  after ``normalize``) whose output channels are a whole number of blocks (``pixel_shuffle``);
 - any other op gets its operands back in NCHW through one ``layout_transform`` per tensor
   (cached: a tensor read by several NCHW ops is transformed once). So the graph becomes blocked
   islands with transforms only at their edges, and an op the pass does not know merely costs a
@@ -54,6 +56,7 @@ from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.isa import vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
+from .pixel_shuffle import DCR_AXES, Shuffle
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
@@ -270,6 +273,9 @@ class _BlockingMutator(PyExprMutator):
         self.blocked: dict[relax.Var, _Blocked] = {}
         # old var bound to a tuple of blocked tensors (a Split) -> new tuple var, channels
         self.blocked_tuples: dict[relax.Var, tuple[relax.Var, list[int]]] = {}
+        # old var of a depth-to-space's intermediate -> its blocked value, the shuffle, and
+        # whether it is past the permutation
+        self.shuffled: dict[relax.Var, tuple[relax.Var, Shuffle, bool]] = {}
         self.nchw_cache: dict[relax.Var, relax.Var] = {}
         self.block_cache: dict[relax.Var, relax.Var] = {}
         self.conv_count = 0
@@ -298,6 +304,9 @@ class _BlockingMutator(PyExprMutator):
                 relax.op.layout_transform(self.blocked[var].var, _to_nchw(self.blocked[var].block)),
                 name_hint=f"{var.name}_nchw",
             )
+        elif var in self.shuffled:
+            value, shuffle, moved = self.shuffled[var]
+            new = self.builder_.emit(shuffle.unblocked(value, moved), name_hint=f"{var.name}_nchw")
         else:
             tup, channels = self.blocked_tuples[var]
             items = [
@@ -313,12 +322,12 @@ class _BlockingMutator(PyExprMutator):
         return new
 
     def visit_var_(self, var: relax.Var) -> Expr:
-        if var in self.blocked or var in self.blocked_tuples:
+        if var in self.blocked or var in self.blocked_tuples or var in self.shuffled:
             return self._nchw(var)
         return super().visit_var_(var)
 
     def visit_dataflow_var_(self, var: relax.DataflowVar) -> Expr:
-        if var in self.blocked or var in self.blocked_tuples:
+        if var in self.blocked or var in self.blocked_tuples or var in self.shuffled:
             return self._nchw(var)
         return super().visit_dataflow_var_(var)
 
@@ -380,8 +389,13 @@ class _BlockingMutator(PyExprMutator):
             return self._scalar_call_tir(var, call)
         if name == "relax.nn.conv2d":
             return self._conv2d(var, call)
-        if not any(isinstance(a, relax.Var) and a in self.blocked for a in _tensor_args(call)):
+        if not any(
+            isinstance(a, relax.Var) and (a in self.blocked or a in self.shuffled)
+            for a in _tensor_args(call)
+        ):
             return None
+        if name in ("relax.reshape", "relax.permute_dims"):
+            return self._depth_to_space(var, call)
         if not isinstance(var, relax.DataflowVar) and name in ("relax.split", "relax.nn.dropout"):
             return None  # a tuple output: left as is
         return self._carry(var, call, name)
@@ -617,6 +631,35 @@ class _BlockingMutator(PyExprMutator):
             return self._split(var, call)
         if name == "relax.strided_slice":
             return self._slice(var, call, out_shape)
+        return None
+
+    def _depth_to_space(self, var: relax.Var, call: Call) -> bool | None:
+        """One of a DCR depth-to-space's three ops on a blocked tensor, carried blocked
+        (``pixel_shuffle``); any other reshape or permutation gets NCHW operands."""
+        src, out_shape = call.args[0], _shape(call)
+        if not isinstance(src, relax.Var) or not isinstance(var, relax.DataflowVar):
+            return None
+        if src in self.blocked:  # the split of the channels into (s1, s2, C)
+            held = self.blocked[src]
+            in_shape = _shape(src)
+            if call.op.name != "relax.reshape" or in_shape is None:
+                return None
+            shuffle = Shuffle.of_split(in_shape, held.block, out_shape)
+            if shuffle is None:
+                return None
+            new = self.builder_.emit(shuffle.split(held.var), name_hint=var.name)
+            self.shuffled[var] = (new, shuffle, False)
+            return True
+        value, shuffle, moved = self.shuffled[src]
+        if call.op.name == "relax.permute_dims" and not moved:
+            axes = call.attrs.axes
+            if axes is None or tuple(int(a) for a in axes) != DCR_AXES:
+                return None
+            new = self.builder_.emit(shuffle.move(value), name_hint=var.name)
+            self.shuffled[var] = (new, shuffle, True)
+            return True
+        if call.op.name == "relax.reshape" and moved and out_shape == shuffle.merged_shape:
+            return self._emit_blocked(var, shuffle.merge(value), shuffle.channels)
         return None
 
     def _concat(self, var: relax.Var, call: Call, out_shape: tuple[int, ...] | None) -> bool | None:

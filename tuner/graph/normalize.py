@@ -502,24 +502,25 @@ def _lower_unpool_convtranspose(
         return None
     n, _, h, width = x_shape
     y, base = node.output[0], node.name or node.output[0]
-    # Output channel (co, i, j) of the 1x1 conv is the tap (i, j) of output channel co.
-    weight = g.add_const(f"{y}_w1x1", w.transpose(1, 2, 3, 0).reshape(cout * kh * kw, cin, 1, 1))
+    # Output channel (i, j, co) of the 1x1 conv is the tap (i, j) of output channel co: the
+    # depth-to-space order (DCR) the layout pass carries blocked when a block divides Cout.
+    weight = g.add_const(f"{y}_w1x1", w.transpose(2, 3, 1, 0).reshape(kh * kw * cout, cin, 1, 1))
     inputs = [node.input[0], weight]
     if len(node.input) > 2 and node.input[2]:
         bias = g.const(node.input[2])
         if bias is None:
             return None
-        inputs.append(g.add_const(f"{y}_b1x1", np.repeat(bias, kh * kw)))
+        inputs.append(g.add_const(f"{y}_b1x1", np.tile(bias, kh * kw)))
     taps, split, moved = g.fresh(f"{y}_taps"), g.fresh(f"{y}_split"), g.fresh(f"{y}_moved")
-    shape6 = g.add_const(f"{y}_shape6", np.array([n, cout, kh, kw, h, width], np.int64))
+    shape6 = g.add_const(f"{y}_shape6", np.array([n, kh, kw, cout, h, width], np.int64))
     shape4 = g.add_const(f"{y}_shape4", np.array([n, cout, h * kh, width * kw], np.int64))
     return [
         helper.make_node("Conv", inputs, [taps], kernel_shape=[1, 1], name=f"{base}/taps"),
         helper.make_node("Reshape", [taps, shape6], [split], name=f"{base}/split"),
-        # (n, co, i, j, h, w) -> (n, co, h, i, w, j): tap (i, j) of pixel (h, w) lands at
+        # (n, i, j, co, h, w) -> (n, co, h, i, w, j): tap (i, j) of pixel (h, w) lands at
         # (h·kh + i, w·kw + j).
         helper.make_node(
-            "Transpose", [split], [moved], perm=[0, 1, 4, 2, 5, 3], name=f"{base}/shuffle"
+            "Transpose", [split], [moved], perm=[0, 3, 4, 1, 5, 2], name=f"{base}/shuffle"
         ),
         helper.make_node("Reshape", [moved, shape4], [y], name=node.name),
     ]
