@@ -312,25 +312,27 @@ def test_every_anchor_node_gets_its_onnxruntime_time(named):
 
 
 def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
-    """A decoder's ConvTranspose (an OCR detector's upsampling) is a tuned layer tied to its
-    ONNX node, and onnxruntime's time for it lands on that node."""
+    """A decoder's overlapping ConvTranspose (an FCN's 3x3 stride-2 upsampling; the 2x2 one
+    becomes a 1x1 Conv in the normalizer) is a tuned layer tied to its ONNX node, and
+    onnxruntime's time for it lands on that node."""
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.1).astype(np.float32), "w"),
-        numpy_helper.from_array((rng.standard_normal((4, 8, 2, 2)) * 0.1).astype(np.float32), "wt"),
+        numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.1).astype(np.float32), "wt"),
     ]
+    up_attrs = {"strides": [2, 2], "pads": [1] * 4, "output_padding": [1, 1]}
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], name="down", pads=[1] * 4),
-        helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="up", strides=[2, 2]),
+        helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="up", **up_attrs),
     ]
     model = make_model(nodes, [_vi("x", (1, 8, 8, 8))], [_vi("y", (1, 8, 16, 16))], inits)
     ingested = load_model(model.SerializeToString())
     _, tasks = extract_tasks(ingested, make_target(None))
     [up] = [t for t in tasks if t.op == "ConvTranspose"]
     assert up.onnx_nodes == ["up"] and up.kind == "conv"
-    assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 2 * 2
+    assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 3 * 3
     # Described like a Conv: the pipeline's shape text read "pads" and raised KeyError on it.
-    assert up.shape_text == "1x4x8x8 *ᵀ 4x8x2x2 s2,2"
+    assert up.shape_text == "1x4x8x8 *ᵀ 4x8x3x3 s2,2 p1,1,1,1"
     feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
     times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
     assert times["up"] > 0 and times["down"] > 0
