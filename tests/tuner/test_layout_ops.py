@@ -330,6 +330,19 @@ def depth_to_space_side_use() -> onnx.ModelProto:
     return n.model([n.conv(up, 16, 16), side], "depth_to_space_side_use")
 
 
+def batchnorm_after_add() -> onnx.ModelProto:
+    """A BatchNormalization no conv precedes (DB heads put one after their upsampling): its
+    decomposition's (output, mean, variance) tuple must not stop the blocked layout."""
+    n = Net()
+    a = n.conv("x", 16, 32)
+    s = n.op("Add", [a, n.conv(a, 32, 32)])
+    rng = np.random.default_rng(3)
+    scale, bias, mean = (n.const(rng.standard_normal(32).astype(np.float32)) for _ in range(3))
+    var = n.const(rng.uniform(0.5, 2.0, 32).astype(np.float32))
+    bn = n.op("BatchNormalization", [s, scale, bias, mean, var])
+    return n.model(n.conv(n.op("Relu", [bn]), 32, 16), "batchnorm_after_add")
+
+
 def conv_transpose_overlapping() -> onnx.ModelProto:
     """A 4x4 stride-2 ConvTranspose (FCN upsampling): no pixel shuffle, it stays a
     ConvTranspose in NCHW between blocked convs."""
@@ -457,6 +470,7 @@ CASES: dict[str, Case] = {
     # input in, output out, and the side reader's unblocked copy (no layout_transform: a
     # permute and a reshape)
     "depth_to_space_side_use": Case(depth_to_space_side_use, blocked=2, transforms=2),
+    "batchnorm_after_add": Case(batchnorm_after_add, blocked=3, transforms=2),
     "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=2, transforms=4),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
