@@ -470,7 +470,9 @@ CASES: dict[str, Case] = {
     # input in, output out, and the side reader's unblocked copy (no layout_transform: a
     # permute and a reshape)
     "depth_to_space_side_use": Case(depth_to_space_side_use, blocked=2, transforms=2),
-    "batchnorm_after_add": Case(batchnorm_after_add, blocked=3, transforms=2),
+    # The decomposition's (output, mean, variance) tuple still stops the island: canonicalizing
+    # the bindings fixed this but broke ShuffleNet's channel shuffle on AVX2 (9 -> 33 transforms)
+    "batchnorm_after_add": Case(batchnorm_after_add, blocked=3, transforms=4),
     "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=2, transforms=4),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own

@@ -160,16 +160,12 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
     # pack them with numpy: a weight that is still arithmetic would be packed at run time.
     # A BatchNorm that follows no conv (DenseNet's pre-activation ones) becomes a per-channel
     # multiply-add of constants, which the blocked layout carries (batch_norm it cannot).
-    # Its decomposition leaves the (output, mean, variance) tuple and an item of it; bindings
-    # canonicalized, the item is the output itself, which the blocked layout carries through
-    # (PP-OCRv5 det's BatchNorm after its first upsampling: a transform at 1x24x160x160 and a
-    # separate ReLU pass otherwise).
     folded = relax.transform.FoldConstant()(
         relax.transform.DecomposeOpsForInference()(
             relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
         )
     )
-    return RelaxModel(mod=relax.transform.CanonicalizeBindings()(folded))
+    return RelaxModel(mod=folded)
 
 
 def fuse(relax_model: RelaxModel) -> IRModule:
