@@ -1,10 +1,11 @@
 """Corpus summary: one table over several ``bench/run.py`` reports, the way issue #31 judges them.
 
 For each model: our isolated time, each peer's, the ratio to the best peer, and the three layers
-with the largest gap to onnxruntime's node (our ms minus its ms, matched through the profile's ONNX
-nodes); below the table, the geometric mean of the ratios. Layers onnxruntime has no node for
-(layout transforms, elementwise ops it fuses into its convs) have no gap of their own: their sum
-is a column, since on small detectors it is where a win or a loss can hide.
+with the largest gap to onnxruntime's node (``peer_check.widest_gaps``, as the tune job's own
+check names them); below the table, the geometric mean of the ratios. Kernels onnxruntime has no
+node for (layout transforms, elementwise ops it fuses into its convs) compete there as one row
+against its unattributed nodes; their own total is a column, since on small detectors it is where
+a win or a loss can hide.
 
     python bench/summary.py bench/reports/2026-12-03-*.json --out bench/reports/corpus.md
 """
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from convtune.tuner.peer_check import LayerGap, widest_gaps
 from convtune.tuner.profile import ORT_OTHER, OUTSIDE_KERNELS
 from convtune.tuner.tables import fmt
 
@@ -26,34 +28,8 @@ from convtune.tuner.tables import fmt
 PEERS = ("onnxruntime", "openvino")
 
 
-@dataclass(frozen=True)
-class Gap:
-    """One layer of ours against onnxruntime's node(s) for it."""
-
-    layer: str
-    shape: str
-    ours_ms: float
-    ort_ms: float
-
-    @property
-    def ms(self) -> float:
-        return self.ours_ms - self.ort_ms
-
-    def describe(self) -> str:
-        return f"{self.shape}: {self.ours_ms:.3f} vs {self.ort_ms:.3f} ms"
-
-
-def largest_gaps(profile: Iterable[dict[str, Any]], count: int = 3) -> list[Gap]:
-    """The ``count`` layers whose time exceeds onnxruntime's node by the most milliseconds
-    (layers faster than their node are never listed)."""
-    gaps = [
-        Gap(row["layer"], row["shape"], row["ms"], row["ort_ms"])
-        for row in profile
-        if row.get("ms") is not None
-        and row.get("ort_ms") is not None
-        and row["layer"] not in (ORT_OTHER, OUTSIDE_KERNELS)
-    ]
-    return sorted((g for g in gaps if g.ms > 0), key=lambda g: g.ms, reverse=True)[:count]
+def describe(gap: LayerGap) -> str:
+    return f"{gap.shape}: {gap.ms:.3f} vs {gap.ort_ms:.3f} ms"
 
 
 def unmatched_ms(profile: Iterable[dict[str, Any]]) -> float:
@@ -70,11 +46,11 @@ def unmatched_ms(profile: Iterable[dict[str, Any]]) -> float:
 
 def gaps_markdown(profile: Sequence[dict[str, Any]]) -> list[str]:
     """The per-model report's "largest gaps" section."""
-    gaps = largest_gaps(profile)
+    gaps = widest_gaps(list(profile))
     lines = ["## Largest gaps to onnxruntime's nodes", ""]
     if not gaps:
         return [*lines, "No layer is slower than its onnxruntime node.", ""]
-    lines += [f"{i}. `{g.layer}` {g.describe()} (+{g.ms:.3f} ms)" for i, g in enumerate(gaps, 1)]
+    lines += [f"{i}. `{g.layer}` {describe(g)} (+{g.gap_ms:.3f} ms)" for i, g in enumerate(gaps, 1)]
     return [*lines, f"\nIn kernels with no onnxruntime node: {unmatched_ms(profile):.3f} ms.", ""]
 
 
@@ -86,7 +62,7 @@ class ModelLine:
     ours_ms: float
     peer_ms: dict[str, float]
     best_peer: str
-    gaps: list[Gap]
+    gaps: list[LayerGap]
     unmatched_ms: float
     spread: float
 
@@ -106,7 +82,7 @@ class ModelLine:
             ours_ms=results["tuned"]["median_ms"],
             peer_ms=peers,
             best_peer=min(peers, key=peers.__getitem__),
-            gaps=largest_gaps(report["profile"]),
+            gaps=widest_gaps(report["profile"]),
             unmatched_ms=unmatched_ms(report["profile"]),
             spread=max(r.get("spread", 0.0) for r in results.values()),
         )
@@ -134,7 +110,7 @@ def summary_markdown(reports: Sequence[dict[str, Any]], title: str) -> list[str]
     ]
     for line in lines_:
         flag = " (disturbed)" if line.spread > 0.2 else ""
-        gaps = "; ".join(f"{g.describe()} (+{g.ms:.3f})" for g in line.gaps) or "none"
+        gaps = "; ".join(f"{describe(g)} (+{g.gap_ms:.3f})" for g in line.gaps) or "none"
         md.append(
             f"| {line.model}{flag} | {line.ours_ms:.2f} | "
             + " | ".join(fmt(line.peer_ms.get(p), ".2f") for p in PEERS)

@@ -4,12 +4,13 @@ import math
 
 import pytest
 
-from bench.summary import ModelLine, gaps_markdown, largest_gaps, summary_markdown, unmatched_ms
+from bench.summary import ModelLine, gaps_markdown, summary_markdown, unmatched_ms
+from convtune.tuner.peer_check import widest_gaps
 from convtune.tuner.profile import ORT_OTHER, OUTSIDE_KERNELS
 
 
 def row(layer: str, ms: float | None, ort_ms: float | None) -> dict:
-    return {"layer": layer, "shape": f"shape of {layer}", "ms": ms, "ort_ms": ort_ms}
+    return {"layer": layer, "op": "Conv", "shape": f"shape of {layer}", "ms": ms, "ort_ms": ort_ms}
 
 
 PROFILE = [
@@ -26,10 +27,10 @@ PROFILE = [
 
 
 def test_the_three_largest_gaps_in_milliseconds_not_in_ratio():
-    gaps = largest_gaps(PROFILE)
+    gaps = widest_gaps(PROFILE)
     # conv_c is the largest ratio (3x) but the smallest of the three in milliseconds
     assert [g.layer for g in gaps] == ["conv_d", "conv_b", "conv_c"]
-    assert gaps[0].ms == pytest.approx(0.20)
+    assert gaps[0].gap_ms == pytest.approx(0.20)
 
 
 def test_kernels_without_a_node_are_summed_and_the_summary_rows_are_not():
