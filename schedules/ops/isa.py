@@ -13,14 +13,24 @@ from tvm.target import Target, codegen
 ACCUMULATORS = {16: 28, 8: 14}
 
 
-def has_avx512(target: Target) -> bool:
+def _has_feature(target: Target, feature: str) -> bool:
     mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
     triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
     return bool(
         codegen.llvm_cpu_has_features(
-            ["avx512f"], Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
+            [feature], Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
         )
     )
+
+
+def has_avx512(target: Target) -> bool:
+    return _has_feature(target, "avx512f")
+
+
+def has_vnni(target: Target) -> bool:
+    """Whether the target CPU has AVX-512 VNNI (``vpdpbusd`` on zmm): Cascade Lake and later
+    Xeons, Zen 4 and Zen 5 (LLVM's ``znver4`` lists it)."""
+    return _has_feature(target, "avx512vnni")
 
 
 def vector_lanes(target: Target) -> int:

@@ -16,6 +16,7 @@ from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
+from .int8_vnni import Int8VnniConvSpace
 from .nchwc_kblock import ReductionBlockedConvSpace
 from .nchwc_regblock import RegisterBlockedConvSpace
 from .nchwc_regblock2d import RegisterBlock2DConvSpace
@@ -31,6 +32,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     StemConvSpace(),
     BlockedPoolSpace(),
     WinogradConvSpace(),
+    Int8VnniConvSpace(),
 )
 
 

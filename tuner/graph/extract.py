@@ -26,12 +26,14 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
+from convtune.schedules.ops.isa import has_vnni, vector_lanes
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
+from convtune.tuner.graph.quantized import integer_convs
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
@@ -146,14 +148,22 @@ def _dims(values: Sequence[int], sep: str = "x") -> str:
     return sep.join(str(v) for v in values)
 
 
-def to_relax(ingested: IngestedModel) -> RelaxModel:
-    """Convert with TVM's ONNX frontend; a converter failure names the op and node."""
+def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxModel:
+    """Convert with TVM's ONNX frontend; a converter failure names the op and node. With a
+    ``target``, the QDQ convs it can run as integer convs become such (``quantized.py``)."""
     try:
         mod = relax.frontend.onnx.from_onnx(ingested.model)
     except Exception as exc:  # the frontend raises bare Exceptions of many kinds
         raise UnsupportedOpError(
             f"the TVM ONNX frontend could not convert the model: {error_line(exc)}"
         ) from None
+    notes: list[str] = []
+    if target is not None:
+        try:
+            mod, integer = integer_convs(mod, vector_lanes(target), has_vnni(target))
+            notes = integer.notes()
+        except Exception as exc:  # the QDQ graph still runs as it is, in fp32
+            notes = [f"int8: QDQ convs left in fp32, the integer rewrite failed: {error_line(exc)}"]
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
     # Folding the scaled weights to constants here lets the layout pass (tuner/graph/layout.py)
@@ -165,7 +175,7 @@ def to_relax(ingested: IngestedModel) -> RelaxModel:
             relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
         )
     )
-    return RelaxModel(mod=folded)
+    return RelaxModel(mod=folded, fallbacks=tuple(notes))
 
 
 def fuse(relax_model: RelaxModel) -> IRModule:
@@ -341,16 +351,16 @@ def model_for_target(
     The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
     other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
     """
-    relax_model = to_relax(ingested)
     if Layout.parse(layout) is not Layout.NCHWC:
-        return relax_model
+        return to_relax(ingested)
+    relax_model = to_relax(ingested, target)
     names = conv_node_names(ingested.model)
     forced: dict[int, str] = {}
     fallbacks: list[str] = []
     while True:
         try:
             mod, plan = blocked_layout(relax_model.mod, target, forced, winograd_tiles)
-            return RelaxModel(mod=mod, plan=plan, fallbacks=tuple(fallbacks))
+            return RelaxModel(mod=mod, plan=plan, fallbacks=(*relax_model.fallbacks, *fallbacks))
         except ConvBlockingError as exc:
             if exc.index in forced or len(forced) >= _MAX_CONV_RETRIES:
                 failure = str(exc)

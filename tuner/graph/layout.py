@@ -102,6 +102,8 @@ _BINARY = frozenset(
         "power",
     )
 )
+#: Quantize/dequantize: element by element when their scale and zero point are scalars.
+_QDQ = frozenset({"relax.quantize", "relax.dequantize"})
 #: Pre-legalized scalar bounds the ONNX frontend emits for Clip, by PrimFunc name.
 _SCALAR_TIR = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 _POOL2D = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
@@ -124,6 +126,8 @@ class ConvLayout:
     #: The output channels its kernel computes: more than ``out_channels`` where zero filters
     #: pad them to a block (conv_kinds/padded_out.py); 0 until it is planned blocked.
     computed_channels: int = 0
+    #: What it multiplies: "int8" (u8×s8→s32, ``conv_kinds/int8.py``) or "fp32".
+    precision: str = "fp32"
 
     @property
     def blocked(self) -> bool:
@@ -146,6 +150,7 @@ class ConvLayout:
             "algorithm": self.algorithm,
             "winograd_eligible": self.winograd_eligible,
             "computed_channels": self.computed_channels or self.out_channels,
+            "precision": self.precision,
         }
 
 
@@ -206,6 +211,10 @@ def _shape(expr: Expr) -> tuple[int, ...] | None:
         return tuple(int(d) for d in ty.shape.values)
     except (TypeError, AttributeError):
         return None
+
+
+def _scalar(expr: Expr) -> bool:
+    return isinstance(expr, GenericConst) and expr.value.numpy().size == 1
 
 
 def channel_block(channels: int, lanes: int) -> int | None:
@@ -459,6 +468,7 @@ class _BlockingMutator(PyExprMutator):
             self.plan.failure = (index, exc)
             raise
         entry.computed_channels = kind.out_channels(site)
+        entry.precision = "int8" if str(site.call.args[0].ty.dtype) == "uint8" else "fp32"
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
         out_layout = f"NCHW{self.blocked[var].block}c" if kind.writes_blocked else "NCHW"
         entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
@@ -488,6 +498,7 @@ class _BlockingMutator(PyExprMutator):
             out_block=self._block(w_shape[0]),
             smallest=min(channel_blocks(self.lanes)),
             input_blocked=isinstance(data, relax.Var) and data in self.blocked,
+            lanes=self.lanes,
         )
         return site, ""
 
@@ -532,7 +543,7 @@ class _BlockingMutator(PyExprMutator):
             new = self.builder_.emit(relax.Call(call.op, [src.var], call.attrs), name_hint=var.name)
             self.blocked_tuples[var] = (new, [src.channels, src.channels])
             return True
-        if name in _UNARY:
+        if name in _UNARY or (name in _QDQ and all(_scalar(a) for a in args[1:])):
             unary = self.blocked.get(args[0]) if isinstance(args[0], relax.Var) else None
             if unary is None or out_shape is None or len(out_shape) != 4:
                 return None
@@ -623,6 +634,17 @@ class _BlockingMutator(PyExprMutator):
                 cubic_exclude=int(attrs.cubic_exclude),
                 extrapolation_value=float(attrs.extrapolation_value),
                 out_dtype=attr_dtype(attrs.out_dtype),
+            )
+            return self._emit_blocked(var, expr, src.channels)
+        if name == "relax.nn.pad":
+            # Spatial padding (a quantized conv's input padded with its zero point).
+            attrs = call.attrs
+            widths = [int(w) for w in attrs.pad_width]
+            src = self.blocked[args[0]]
+            if len(widths) != 8 or any(widths[:4]):
+                return None
+            expr = relax.op.nn.pad(
+                src.var, [*widths, 0, 0], str(attrs.pad_mode), float(attrs.pad_value)
             )
             return self._emit_blocked(var, expr, src.channels)
         if name == "relax.concat":

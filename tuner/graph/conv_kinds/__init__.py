@@ -8,6 +8,7 @@ from __future__ import annotations
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
+from .int8 import Int8Kind, int8_refusal
 from .padded_out import PaddedOutputKind
 from .stem import StemKind
 from .winograd import WinogradKind
@@ -15,6 +16,7 @@ from .winograd import WinogradKind
 #: Base kinds are asked in this order (the first that answers decides; dense, the catch-all,
 #: last); variants are asked after their base kind decided to block a conv.
 CONV_KINDS: tuple[ConvKind, ...] = (
+    Int8Kind(),
     DepthwiseKind(),
     StemKind(),
     WinogradKind(),
@@ -45,5 +47,6 @@ __all__ = [
     "ConvSite",
     "Decision",
     "base_kind",
+    "int8_refusal",
     "variants_of",
 ]

@@ -32,6 +32,8 @@ class ConvSite:
     smallest: int
     #: Whether its input is held blocked already by the pass.
     input_blocked: bool
+    #: The target's fp32 lanes (16 on AVX-512).
+    lanes: int = 16
 
     @property
     def attrs(self) -> Any:

@@ -1,0 +1,170 @@
+"""QDQ convs as integer convs: DequantizeLinear → Conv becomes a u8×s8→s32 conv and a scale.
+
+A QDQ model (onnxruntime's ``quantize_static``, Intel Neural Compressor, PyTorch's exporters)
+holds every conv as ``conv(dequantize(x_q, s_x, z_x), dequantize(w_q, s_w, 0)) + bias`` followed
+by ``quantize``. TVM's frontend imports it as such and runs it in fp32: ``FoldConstant`` turns
+the weight's dequantize into float weights, so the integers are lost unless this pass runs first.
+It rewrites each such conv, where the target has AVX-512 VNNI and the conv kind ``int8`` blocks it
+(``conv_kinds/int8.py``), into
+
+    acc = conv2d(x_q, w_q) : s32                         # vpdpbusd, 4 MACs a lane
+    y   = float(acc - z_x·Σw) · (s_x·s_w)                # per output channel
+
+with ``x_q`` padded by its zero point where the conv pads (the padding's real value is 0). The
+bias, activation and output ``quantize`` that follow are left as they are: element by element,
+they fuse into the conv's kernel as its epilogue, and the u8 tensor it writes is what the next
+conv reads, so the int8 tensors run from conv to conv in the blocked layout
+(``layout.py`` carries quantize/dequantize with scalar parameters).
+
+Everything else keeps its QDQ form and runs in fp32, exactly as onnxruntime's reference defines
+it: convs of other shapes (the RGB stem, depthwise, grouped), s8 or per-channel activations,
+weights with a zero point, Gemm/MatMul. :func:`integer_convs` says how many convs became integer
+and why the others did not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import relax
+from tvm.ir import IRModule, Op
+from tvm.ir.expr import GenericConst
+from tvm.relax import Call, Expr
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from convtune.schedules.ops.int8 import zero_point_correction
+
+from .conv_kinds import int8_refusal
+
+_CONV2D = Op.get("relax.nn.conv2d")
+_DEQUANTIZE = Op.get("relax.dequantize")
+
+
+@dataclass
+class IntegerConvs:
+    """What :func:`integer_convs` did: the convs it made integer, and why the others stayed
+    fp32 (reason → count)."""
+
+    converted: int = 0
+    kept: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the model had any QDQ conv."""
+        return self.converted > 0 or bool(self.kept)
+
+    def notes(self) -> list[str]:
+        """One line for the job's notes, or none for a model without QDQ convs."""
+        if not self.quantized:
+            return []
+        total = self.converted + sum(self.kept.values())
+        line = f"int8: {self.converted} of {total} quantized convs run as u8×s8 VNNI kernels"
+        if self.kept:
+            why = "; ".join(f"{n}× {reason}" for reason, n in self.kept.most_common())
+            line += f", the others in fp32 ({why})"
+        return [line]
+
+
+def _const(expr: Expr) -> np.ndarray | None:
+    return expr.value.numpy() if isinstance(expr, GenericConst) else None
+
+
+@mutator
+class _IntegerConvMutator(PyExprMutator):
+    def __init__(self, mod: IRModule, lanes: int, vnni: bool) -> None:
+        super().__init__(mod)
+        self.lanes = lanes
+        self.vnni = vnni
+        self.result = IntegerConvs()
+
+    def _dequantize(self, expr: Expr) -> Call | None:
+        if isinstance(expr, relax.Var):
+            bound = self.lookup_binding(expr)
+            if isinstance(bound, Call) and bound.op.same_as(_DEQUANTIZE):
+                return bound
+        return None
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = binding.value
+        if isinstance(value, Call) and value.op.same_as(_CONV2D):
+            data, weight = self._dequantize(value.args[0]), self._dequantize(value.args[1])
+            if data is not None and weight is not None:
+                new = self._rewrite(value, data, weight)
+                if new is not None:
+                    emitted = self.builder_.emit(new, name_hint=binding.var.name)
+                    self.set_var_remap(binding.var, emitted)
+                    return
+        super().visit_var_binding_(binding)
+
+    def _keep(self, reason: str) -> None:
+        self.result.kept[reason] += 1
+
+    def _rewrite(self, conv: Call, data: Call, weight: Call) -> Expr | None:
+        x_scale, x_zero = _const(data.args[1]), _const(data.args[2])
+        w_q, w_scale, w_zero = (_const(a) for a in weight.args[:3])
+        x_dtype = str(data.args[0].ty.dtype)
+        attrs = conv.attrs
+        if x_dtype != "uint8":
+            self._keep(f"{x_dtype} activations")
+            return None
+        if x_scale is None or x_zero is None or x_scale.size != 1 or x_zero.size != 1:
+            self._keep("per-channel activation scales")
+            return None
+        if w_q is None or w_scale is None or w_zero is None or str(w_q.dtype) != "int8":
+            self._keep("weights not constant s8")
+            return None
+        if np.any(w_zero != 0) or (w_scale.size != 1 and int(weight.attrs.axis) != 0):
+            self._keep("weights with a zero point")
+            return None
+        if str(attrs.data_layout) != "NCHW" or w_q.ndim != 4:
+            self._keep("not a 2-D NCHW conv")
+            return None
+        x_shape = tuple(int(d) for d in data.args[0].ty.shape)
+        refusal = int8_refusal(x_shape, w_q.shape, int(attrs.groups), self.lanes)
+        if not self.vnni:
+            refusal = "the CPU has no AVX-512 VNNI"
+        if refusal:
+            self._keep(refusal)
+            return None
+        self.result.converted += 1
+        x_q = self.visit_expr(data.args[0])
+        zero = int(x_zero.reshape(()))
+        padding = [int(p) for p in attrs.padding]
+        if zero and any(padding):
+            top, left, bottom, right = padding
+            x_q = self.builder_.emit(
+                relax.op.nn.pad(x_q, [0, 0, 0, 0, top, bottom, left, right], "constant", zero)
+            )
+            padding = [0, 0, 0, 0]
+        acc = self.builder_.emit(
+            relax.op.nn.conv2d(
+                x_q,
+                relax.const(w_q, "int8"),
+                strides=attrs.strides,
+                padding=padding,
+                dilation=attrs.dilation,
+                out_dtype="int32",
+            )
+        )
+        if zero:
+            correction = relax.const(zero_point_correction(w_q, zero), "int32")
+            acc = self.builder_.emit(relax.op.add(acc, correction))
+        channels = w_q.shape[0]
+        scale = (x_scale.astype(np.float64).reshape(()) * w_scale.astype(np.float64)).astype(
+            np.float32
+        )
+        scale = np.broadcast_to(scale.reshape(-1), (channels,)).reshape(1, channels, 1, 1)
+        return relax.op.multiply(relax.op.astype(acc, "float32"), relax.const(scale, "float32"))
+
+
+def integer_convs(mod: IRModule, lanes: int, vnni: bool) -> tuple[IRModule, IntegerConvs]:
+    """``mod`` (as TVM's ONNX frontend made it, before constant folding) with its QDQ convs as
+    integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so."""
+    mutator_ = _IntegerConvMutator(mod, lanes, vnni)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            mutator_.builder_.update_func(gv, mutator_.visit_expr(func))
+    out = relax.transform.DeadCodeElimination()(mutator_.builder_.get())
+    return out, mutator_.result
