@@ -258,10 +258,15 @@ def tune(
                 stored_path=str(model.resolve()),
             )
     verification = result.manifest["verification"]
+    quantized = ""
+    if verification.get("max_steps") is not None:
+        quantized = f", {verification['max_steps']:.3g} quantization steps"
+        if verification.get("top1_agreement") is not None:
+            quantized += f", top-1 agreement {verification['top1_agreement']:.0%}"
     console.print(
         f"[green]ok[/] {result.so_path} (sha256 {result.manifest['library']['sha256'][:16]}…), "
         f"{result.search.trials_measured} trials measured, matches onnxruntime "
-        f"(max abs err {verification['max_abs_err']:.2g})"
+        f"(max abs err {verification['max_abs_err']:.2g}{quantized})"
     )
     _print_layout(result.manifest["layout_plan"])
     if result.manifest["untuned_tasks"]:

@@ -375,6 +375,8 @@ class Verified(Event):
     seed: int
     worst_output: str
     on_device: dict[str, Any] | None
+    max_steps: float | None = None
+    top1_agreement: float | None = None
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,10 @@ def rich_table(columns: Sequence[Column], rows: Sequence[dict[str, Any]], title:
 
 
 def layout_label(description: dict[str, Any], missing: str = "") -> str:
-    """A conv layer's layout as the tables show it, naming Winograd where a task is one."""
+    """A conv layer's layout as the tables show it, naming Winograd where a task is one and the
+    precision where it is not fp32 (an int8 conv of a QDQ model)."""
     layout = str(description.get("layout", missing))
+    if description.get("precision", "fp32") != "fp32":
+        layout = f"{layout} · {description['precision']}"
     tile = description.get("winograd_tile")
     return f"{layout} · Winograd F({tile}×{tile},3×3)" if tile else layout

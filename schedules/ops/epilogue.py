@@ -38,6 +38,28 @@ def split_at(sch: Schedule, anchor: str) -> tuple[list[SBlockRV], SBlockRV, list
     return blocks[:index], blocks[index], blocks[index + 1 :]
 
 
+def inline_side_inputs(
+    sch: Schedule, before: list[SBlockRV], anchor: SBlockRV
+) -> list[SBlockRV]:
+    """The blocks of ``before`` whose results ``anchor`` reads, directly or through another
+    (padding, layout copies, Winograd's input transform); the others, an elementwise op on an
+    input only the epilogue reads (the dequantize of a QDQ model's residual operand), are
+    computed inline into the epilogue (in place): left at the root, they keep the epilogue from
+    moving under the anchor's loops."""
+    needed = {r.source for r in sch.get(anchor).reads}
+    kept, side = [], []
+    for block in reversed(before):
+        stmt = sch.get(block)
+        if any(w.source in needed for w in stmt.writes):
+            kept.append(block)
+            needed |= {r.source for r in stmt.reads}
+        else:
+            side.append(block)
+    for block in side:
+        sch.compute_inline(block)
+    return kept[::-1]
+
+
 def inline_into_last(sch: Schedule, epilogue: list[SBlockRV]) -> SBlockRV | None:
     """Every block of ``epilogue`` but the last computed inline into its consumers (in place):
     the one block left computes the whole epilogue (None for an empty epilogue)."""
@@ -67,7 +89,8 @@ def fusable(
     epilogue)."""
     sch = Schedule(mod)
     try:
-        _, block, epilogue = split_at(sch, anchor)
+        before, block, epilogue = split_at(sch, anchor)
+        inline_side_inputs(sch, before, block)
         last = inline_into_last(sch, epilogue)
         if last is not None:
             fuse(sch, block, last)

@@ -17,7 +17,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 
 from .annotations import mark_space
-from .epilogue import fusable, inline_into_last
+from .epilogue import fusable, inline_into_last, inline_side_inputs
 from .isa import ACCUMULATORS, accumulator_limit
 
 CONV_BLOCK = "conv2d_NCHWc"
@@ -46,8 +46,9 @@ def conv_and_epilogue(
     mark_space(sch, conv, space)
     # The elementwise epilogue (bias, BN, ReLU, residual add, SiLU) becomes one block after
     # the conv (epilogue.py); epilogue_at computes it under the register block's loop.
+    prologue = inline_side_inputs(sch, list(blocks[: names.index(conv_block)]), conv)
     output = inline_into_last(sch, list(blocks[names.index(conv_block) + 1 :]))
-    return conv, output, list(blocks[: names.index(conv_block)])
+    return conv, output, prologue
 
 
 def epilogue_fuses(mod: IRModule, conv_block: str = CONV_BLOCK) -> bool:

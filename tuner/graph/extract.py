@@ -487,7 +487,7 @@ def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
     if plan is None or plan.fallback or index >= len(plan.convs):
         return {"layout": "NCHW", "layout_reason": plan.fallback if plan else ""}
     conv = plan.convs[index]
-    return {"layout": conv.layout, "layout_reason": conv.reason}
+    return {"layout": conv.layout, "layout_reason": conv.reason, "precision": conv.precision}
 
 
 def _computed_anchor(anchor: _Anchor, plan: LayoutPlan | None, index: int) -> _Anchor:
