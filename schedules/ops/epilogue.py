@@ -38,9 +38,7 @@ def split_at(sch: Schedule, anchor: str) -> tuple[list[SBlockRV], SBlockRV, list
     return blocks[:index], blocks[index], blocks[index + 1 :]
 
 
-def inline_side_inputs(
-    sch: Schedule, before: list[SBlockRV], anchor: SBlockRV
-) -> list[SBlockRV]:
+def inline_side_inputs(sch: Schedule, before: list[SBlockRV], anchor: SBlockRV) -> list[SBlockRV]:
     """The blocks of ``before`` whose results ``anchor`` reads, directly or through another
     (padding, layout copies, Winograd's input transform); the others, an elementwise op on an
     input only the epilogue reads (the dequantize of a QDQ model's residual operand), are

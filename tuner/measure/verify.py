@@ -129,9 +129,7 @@ def compare(
         if abs_err >= worst[1]:
             worst = (name, abs_err, rel_err)
     top1 = float(np.mean(agreement)) if agreement else None
-    return Verification(
-        passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0], max_steps, top1
-    )
+    return Verification(passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0], max_steps, top1)
 
 
 def check_outputs(
