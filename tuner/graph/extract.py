@@ -33,7 +33,7 @@ from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
-from convtune.tuner.graph.quantized import integer_convs
+from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
@@ -162,6 +162,8 @@ def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxMode
         try:
             mod, integer = integer_convs(mod, vector_lanes(target), has_vnni(target))
             notes = integer.notes()
+            if integer.quantized:
+                mod = singleton_qparams(mod)
         except Exception as exc:  # the QDQ graph still runs as it is, in fp32
             notes = [f"int8: QDQ convs left in fp32, the integer rewrite failed: {error_line(exc)}"]
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per

@@ -40,6 +40,7 @@ from .conv_kinds import int8_refusal
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _DEQUANTIZE = Op.get("relax.dequantize")
+_QDQ = (Op.get("relax.quantize"), _DEQUANTIZE)
 
 
 @dataclass
@@ -168,3 +169,34 @@ def integer_convs(mod: IRModule, lanes: int, vnni: bool) -> tuple[IRModule, Inte
             mutator_.builder_.update_func(gv, mutator_.visit_expr(func))
     out = relax.transform.DeadCodeElimination()(mutator_.builder_.get())
     return out, mutator_.result
+
+
+@mutator
+class _SingletonQParams(PyExprMutator):
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        if not any(call.op.same_as(op) for op in _QDQ):
+            return call
+        params = [
+            relax.const(arg.value.numpy().reshape(1), str(arg.ty.dtype))
+            if isinstance(arg, GenericConst) and arg.ty.ndim == 0
+            else arg
+            for arg in call.args[1:]
+        ]
+        return relax.Call(call.op, [call.args[0], *params], call.attrs, call.ty_args)
+
+
+def singleton_qparams(mod: IRModule) -> IRModule:
+    """``mod`` with the scalar scales and zero points of its quantize/dequantize ops as
+    one-element tensors.
+
+    TVM's legalization writes a 0-d constant into the kernel as a literal, so two convs of the
+    same shape whose output scales differ became two tasks, each searched on its own: ResNet-50
+    QDQ had 59 tasks. A one-element tensor is a kernel argument (read as ``scale[0]``), and convs
+    of the same shape and epilogue are one task again (35).
+    """
+    rewriter = _SingletonQParams(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
