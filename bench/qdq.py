@@ -10,8 +10,9 @@ its QuantizeLinear. Nothing is downloaded.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,9 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
+
+from bench.corpus.built import yolov8n_like
+from bench.zoo import zoo_model
 
 
 class _SeededReader(CalibrationDataReader):
@@ -63,3 +67,30 @@ def quantize_qdq(
             per_channel=per_channel,
         )
         return onnx.load(dst)
+
+
+#: The int8 benchmark's models: float builder and the input it is calibrated at.
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resnet50": lambda: onnx.load(zoo_model("resnet50")),
+    "yolov8n_like": yolov8n_like,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write ``<name>.onnx`` (float) and ``<name>_qdq.onnx`` for each model into ``--out``;
+    tune and bench them with the CLI (docs/performance.md shows the commands)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--out", type=Path, default=Path("bench/.cache/qdq"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.models:
+        model = MODELS[name]()
+        onnx.save(model, args.out / f"{name}.onnx")
+        onnx.save(quantize_qdq(model, seed=args.seed), args.out / f"{name}_qdq.onnx")
+        print(args.out / f"{name}_qdq.onnx")
+
+
+if __name__ == "__main__":
+    main()

@@ -230,30 +230,38 @@ def _sppf(g: Graph, x: str, cin: int, cout: int) -> str:
     return g.conv_silu(g.concat(y), 4 * c, cout)
 
 
-def yolov8_like(size: int = 64, nc: int = 2, reg_max: int = 16) -> onnx.ModelProto:
-    """A width-0.125 YOLOv8 detector, exported with its decode (``output0``: 1×(4+nc)×anchors)."""
+def yolov8_like(
+    size: int = 64,
+    nc: int = 2,
+    reg_max: int = 16,
+    widths: tuple[int, int, int, int, int] = (8, 16, 24, 32, 48),
+    head: tuple[int, int] = (16, 16),
+) -> onnx.ModelProto:
+    """A YOLOv8 detector, exported with its decode (``output0``: 1×(4+nc)×anchors): by default
+    width 0.125 (P1-P5 of 8-48 channels); :func:`yolov8n_like` has YOLOv8n's widths."""
+    w1, w2, w3, w4, w5 = widths
     g = Graph("main_graph")
     x = "images"
-    x = g.conv_silu(x, 3, 8, 3, 2)  # P1/2
-    x = g.conv_silu(x, 8, 16, 3, 2)  # P2/4
-    x = _c2f(g, x, 16, 16, 1, True)
-    x = g.conv_silu(x, 16, 24, 3, 2)  # P3/8
-    p3 = _c2f(g, x, 24, 24, 1, True)
-    x = g.conv_silu(p3, 24, 32, 3, 2)  # P4/16
-    p4 = _c2f(g, x, 32, 32, 1, True)
-    x = g.conv_silu(p4, 32, 48, 3, 2)  # P5/32
-    x = _c2f(g, x, 48, 48, 1, True)
-    p5 = _sppf(g, x, 48, 48)
+    x = g.conv_silu(x, 3, w1, 3, 2)  # P1/2
+    x = g.conv_silu(x, w1, w2, 3, 2)  # P2/4
+    x = _c2f(g, x, w2, w2, 1, True)
+    x = g.conv_silu(x, w2, w3, 3, 2)  # P3/8
+    p3 = _c2f(g, x, w3, w3, 1, True)
+    x = g.conv_silu(p3, w3, w4, 3, 2)  # P4/16
+    p4 = _c2f(g, x, w4, w4, 1, True)
+    x = g.conv_silu(p4, w4, w5, 3, 2)  # P5/32
+    x = _c2f(g, x, w5, w5, 1, True)
+    p5 = _sppf(g, x, w5, w5)
     # FPN top-down, then PAN bottom-up
-    n4 = _c2f(g, g.concat([g.upsample_nearest(p5), p4]), 80, 32, 1, False)
-    o3 = _c2f(g, g.concat([g.upsample_nearest(n4), p3]), 56, 24, 1, False)
-    o4 = _c2f(g, g.concat([g.conv_silu(o3, 24, 24, 3, 2), n4]), 56, 32, 1, False)
-    o5 = _c2f(g, g.concat([g.conv_silu(o4, 32, 32, 3, 2), p5]), 80, 48, 1, False)
+    n4 = _c2f(g, g.concat([g.upsample_nearest(p5), p4]), w5 + w4, w4, 1, False)
+    o3 = _c2f(g, g.concat([g.upsample_nearest(n4), p3]), w4 + w3, w3, 1, False)
+    o4 = _c2f(g, g.concat([g.conv_silu(o3, w3, w3, 3, 2), n4]), w3 + w4, w4, 1, False)
+    o5 = _c2f(g, g.concat([g.conv_silu(o4, w4, w4, 3, 2), p5]), w4 + w5, w5, 1, False)
     # Detect: box (4*reg_max) and class convs per level
-    c2, c3 = 16, 16
+    c2, c3 = head
     levels = []
     anchors, strides = [], []
-    for feat, ch, stride in ((o3, 24, 8), (o4, 32, 16), (o5, 48, 32)):
+    for feat, ch, stride in ((o3, w3, 8), (o4, w4, 16), (o5, w5, 32)):
         box = g.conv_silu(g.conv_silu(feat, ch, c2, 3), c2, c2, 3)
         box = g.conv(box, c2, 4 * reg_max)
         cls = g.conv_silu(g.conv_silu(feat, ch, c3, 3), c3, c3, 3)
@@ -292,6 +300,12 @@ def yolov8_like(size: int = 64, nc: int = 2, reg_max: int = 16) -> onnx.ModelPro
     dbox = g.op1("Mul", [g.concat([c_xy, wh]), stride_c])
     out = g.concat([dbox, g.op1("Sigmoid", [cls])])
     return g.model({"images": (1, 3, size, size)}, {"output0": out})
+
+
+def yolov8n_like(size: int = 320) -> onnx.ModelProto:
+    """:func:`yolov8_like` at YOLOv8n's widths (16-256 channels, head convs of 64): the int8
+    benchmark's detector (``bench/qdq.py``), 2 classes."""
+    return yolov8_like(size, widths=(16, 32, 64, 128, 256), head=(64, 64))
 
 
 # YOLOv5 with the Focus stem --------------------------------------------------------------------
