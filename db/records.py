@@ -422,9 +422,11 @@ class RecordRepository:
         fastest = self.fastest_records(workload_id, QUERY_CANDIDATES)
         return ([chosen] if chosen is not None else []) + fastest
 
-    def fastest_records(self, workload_id: int, top_k: int) -> list[TuningRecordRow]:
-        """The ``top_k`` fastest successful trials of ``workload_id`` under this repository's
-        timing, fastest first (ties: the earliest)."""
+    def fastest_records(
+        self, workload_id: int, top_k: int, space: str | None = None
+    ) -> list[TuningRecordRow]:
+        """The ``top_k`` fastest successful trials of ``workload_id`` (of ``space`` only, if
+        given) under this repository's timing, fastest first (ties: the earliest)."""
         query = (
             select(TuningRecordRow)
             .where(
@@ -435,8 +437,27 @@ class RecordRepository:
             .order_by(TuningRecordRow.mean_sec, TuningRecordRow.id)
             .limit(top_k)
         )
+        if space is not None:
+            query = query.where(TuningRecordRow.space == space)
         with self._sessions() as session:
             return list(session.scalars(query))
+
+    def fastest_of_each_space(self, workload_id: int) -> list[TuningRecordRow]:
+        """The fastest successful trial of each space that measured ``workload_id``, under this
+        repository's timing, fastest first."""
+        query = (
+            select(TuningRecordRow.space)
+            .where(
+                TuningRecordRow.workload_id == workload_id,
+                TuningRecordRow.mean_sec.is_not(None),
+                self._timed_alike,
+            )
+            .distinct()
+        )
+        with self._sessions() as session:
+            spaces = list(session.scalars(query))
+        rows = [row for space in spaces for row in self.fastest_records(workload_id, 1, space)]
+        return sorted(rows, key=lambda row: (row.mean_sec, row.id))
 
     def best_record(self, workload_id: int) -> TuningRecordRow | None:
         """The fastest successful record of ``workload_id`` (ties: the earliest), or None."""

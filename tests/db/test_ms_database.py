@@ -345,6 +345,33 @@ def test_concurrent_commits_of_one_module_store_one_row(db_engine, db_url):
     assert _count(db_engine, WorkloadRow) == 1
 
 
+def test_the_fastest_record_of_each_space_however_far_behind(db_engine):
+    """Confirmation re-measures each space's best: a small space measured under load once."""
+    db = SQLDatabase(db_engine, TARGET)
+    mod = matmul(64)
+    wid = db.records.workload_id(mod)
+    info = [a.as_json() for a in args_info(mod)]
+
+    def trial(inner: int, secs: float | None, space: str) -> int:
+        trace = tiled_schedule(mod, inner=inner).trace.as_json()
+        return db.records.record_trial(
+            wid, trace_json=trace, run_secs=None if secs is None else [secs],
+            args_info_json=info, error=None if secs else "failed", trial_index=None,
+            space=space, job_id=1, flops=None,
+        )  # fmt: skip
+
+    trial(8, 1e-5, "generic")
+    best = trial(16, 0.9e-5, "generic")
+    small = trial(32, 9e-5, "int8-vnni")  # 10x behind: never within CONFIRM_WITHIN
+    trial(4, None, "winograd-nchwc")  # no successful trial: nothing to confirm
+    assert [r.id for r in db.records.fastest_records(wid, 3)][:2] == [best, best - 1]
+    assert [r.id for r in db.records.fastest_records(wid, 3, space="int8-vnni")] == [small]
+    assert [(r.id, r.space) for r in db.records.fastest_of_each_space(wid)] == [
+        (best, "generic"),
+        (small, "int8-vnni"),
+    ]
+
+
 def test_a_confirmation_is_chosen_by_the_build_until_a_newer_trial(db_engine):
     db = SQLDatabase(db_engine, TARGET)
     mod = matmul(64)
