@@ -46,5 +46,10 @@ class ScheduleSpace(ABC):
     def generator(self, target: Target) -> SpaceGenerator:
         """MetaSchedule's space generator for this space on ``target``."""
 
+    def available(self, target: Target) -> bool:
+        """Whether ``target``'s CPU can run this space's kernels at all (an instruction set
+        extension it needs); a space that is not never sees a task there."""
+        return True
+
     def __repr__(self) -> str:
         return f"<space {self.name}>"

@@ -28,6 +28,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from ..ops.int8 import INT8_CONV_BLOCK
+from ..ops.isa import has_vnni
 from ..ops.nchwc import (
     MAX_REGISTER_BLOCK,
     accumulate_locally,
@@ -89,3 +90,6 @@ class Int8VnniConvSpace(ScheduleSpace):
 
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(partial(_design), target)
+
+    def available(self, target: Target) -> bool:
+        return has_vnni(target)
