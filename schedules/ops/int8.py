@@ -22,6 +22,8 @@ from tvm import relax, te, topi
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.topi.utils import get_const_tuple
 
+from .conv_call import conv2d_call
+
 INT8_CONV_BLOCK = "conv2d_NCHWc_int8"
 #: s32 lanes of one vpdpbusd (zmm), and the input channels it reduces per lane.
 VNNI_LANES = 16
@@ -44,16 +46,14 @@ def pack_weight(weight: np.ndarray, in_block: int) -> np.ndarray:
 def int8_conv2d(data: Expr, packed: Expr, attrs: Any, in_block: int) -> Expr:
     """The Relax conv2d of u8 ``data`` (``NCHW{a}c``) with the packed s8 weight, s32
     ``NCHW16c`` out."""
-    return relax.op.nn.conv2d(
+    return conv2d_call(
         data,
         packed,
-        strides=attrs.strides,
-        padding=attrs.padding,
-        dilation=attrs.dilation,
+        attrs,
+        groups=1,
         data_layout=f"NCHW{in_block}c",
         kernel_layout=f"OIHW{in_block}i{VNNI_LANES}o",
         out_layout=f"NCHW{VNNI_LANES}c",
-        out_dtype="int32",
     )
 
 
