@@ -261,6 +261,8 @@ def tune(
     quantized = ""
     if verification.get("max_steps") is not None:
         quantized = f", {verification['max_steps']:.3g} quantization steps"
+        if verification.get("step_tolerance") is not None:
+            quantized += f" (tolerance {verification['step_tolerance']:.3g})"
         if verification.get("top1_agreement") is not None:
             quantized += f", top-1 agreement {verification['top1_agreement']:.0%}"
     console.print(

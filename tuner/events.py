@@ -377,6 +377,7 @@ class Verified(Event):
     on_device: dict[str, Any] | None
     max_steps: float | None = None
     top1_agreement: float | None = None
+    step_tolerance: float | None = None
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,23 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from bench.corpus.built import yolov8_like
 from bench.qdq import quantize_qdq
 from convtune.schedules.ops.int8 import VNNI_GROUP, VNNI_LANES, pack_weight, zero_point_correction
 from convtune.schedules.ops.isa import has_vnni
+from convtune.tuner.errors import VerificationError
 from convtune.tuner.graph.extract import extract_tasks, model_for_target, to_relax
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import (
+    QUANT_STEPS,
+    quantization_steps,
+    random_feeds,
+    reference_outputs,
+    reference_spread,
+    verify_artifact,
+)
 from convtune.tuner.target import make_target
 from tests import models
 
@@ -256,6 +266,33 @@ def test_untuned_int8_model_matches_onnxruntime(per_channel: bool, tmp_path: Pat
         assert steps.max() <= 1.001, (steps.max(), np.argwhere(steps > 1.001)[:5])
         assert np.mean(steps > 0.5) < 0.01, np.mean(steps > 0.5)
     assert np.count_nonzero(ours) > ours.size // 4  # not all clamped by the last ReLU
+
+
+@pytest.mark.skipif(
+    not has_vnni(make_target(None)), reason="the host CPU has no AVX-512 VNNI: no int8 kernel"
+)
+def test_a_qdq_detector_is_gated_by_onnxruntimes_own_spread(tmp_path: Path) -> None:
+    """A YOLO-style detector quantized by ``quantize_static``: onnxruntime's integer kernels and
+    its spec-exact float QDQ graph disagree on the decoded boxes by more than QUANT_STEPS, so the
+    gate adds that spread; an artifact of the same graph calibrated differently still fails."""
+    qdq = quantize_qdq(yolov8_like(128))
+    ingested = load_model(models.to_bytes(qdq))
+    feeds = random_feeds(ingested.inputs, 0)
+    steps = quantization_steps(qdq)
+    assert set(steps) == {"output0"}
+    spread = reference_spread(ingested, feeds, reference_outputs(ingested, feeds, 2), steps, 2)
+    assert spread["output0"] > QUANT_STEPS, spread  # the case is really there
+
+    so_path = compile_untuned(ingested, make_target(None), tmp_path)
+    artifact = Artifact.load(so_path, ["images"])
+    result = verify_artifact(artifact, ingested, threads=2)
+    assert result.passed and result.max_steps is not None
+    assert result.step_tolerance == pytest.approx(QUANT_STEPS + spread["output0"])
+    assert result.max_steps <= result.step_tolerance
+
+    recalibrated = load_model(models.to_bytes(quantize_qdq(yolov8_like(128), seed=1)))
+    with pytest.raises(VerificationError, match="quantization steps"):
+        verify_artifact(artifact, recalibrated, threads=2)
 
 
 # ---------------------------------------------------------------------------------------------

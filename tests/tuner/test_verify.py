@@ -9,7 +9,7 @@ from convtune.tuner.errors import VerificationError
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.measure.runtime import Artifact, set_threads
-from convtune.tuner.measure.verify import ATOL, RTOL, compare, verify_artifact
+from convtune.tuner.measure.verify import ATOL, QUANT_STEPS, RTOL, compare, verify_artifact
 from convtune.tuner.options import Layout
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
@@ -45,6 +45,21 @@ def test_a_nan_reads_as_an_infinite_error_on_its_output() -> None:
     # NaN in the reference (the model itself) fails too, instead of passing as "error 0".
     nan_ref = [np.array([np.nan], np.float32)]
     assert not compare([np.zeros(1, np.float32)], nan_ref, ["y"], 0).passed
+
+
+def test_quantized_outputs_are_compared_in_steps_plus_onnxruntimes_own_spread() -> None:
+    ref = np.array([0.0, 0.5, 1.0, 1.5], np.float32)  # a u8 output dequantized with step 0.5
+    ours = ref + np.float32(0.5 * 6)  # six steps off everywhere
+    steps = {"y": 0.5}
+    alone = compare([ours], [ref], ["y"], 0, steps)
+    assert not alone.passed and alone.max_steps == pytest.approx(6.0)
+    assert alone.step_tolerance == QUANT_STEPS
+    # onnxruntime's two executions differing by 3 steps widen the gate to 4 + 3.
+    spread = compare([ours], [ref], ["y"], 0, steps, {"y": 3.0})
+    assert spread.passed and spread.step_tolerance == QUANT_STEPS + 3.0
+    assert not compare([ours + np.float32(0.5 * 2)], [ref], ["y"], 0, steps, {"y": 3.0}).passed
+    # A spread on another output does not widen this one's.
+    assert not compare([ours], [ref], ["y"], 0, steps, {"z": 30.0}).passed
 
 
 def test_an_artifact_of_another_model_is_refused(tmp_path) -> None:

@@ -9,8 +9,14 @@ quantization steps instead: onnxruntime requantizes each layer with its own floa
 rounding (``QLinearConv``'s fixed-point scale, ties to even) and convtune with its own (the scale
 product in fp32 in the epilogue), so a value on a rounding boundary lands one step apart, and a
 step in one layer moves later ones. Such an output passes when every element is within
-:data:`QUANT_STEPS` steps of onnxruntime's, and the verification reports the largest difference
-in steps and, for a (batch, classes) output, how often the top-1 class agrees.
+:data:`QUANT_STEPS` steps of onnxruntime's plus the steps by which onnxruntime's own two
+executions of the same QDQ graph differ (:func:`reference_spread`; 0 on ResNet-50): on a
+YOLO-style detector quantized by ``quantize_static`` (one scale for box pixels and class scores, a
+DFL softmax between quantize pairs), onnxruntime's integer kernels and its spec-exact float QDQ
+graph disagree by 22 steps on the same input, and convtune's build by 15 from the first, so no
+fixed few-step gate holds there for any implementation. The verification reports the largest
+difference in steps, the tolerance applied and, for a (batch, classes) output, how often the
+top-1 class agrees.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import numpy_helper
 
 from convtune.tuner.errors import VerificationError
@@ -47,6 +54,8 @@ class Verification:
     max_steps: float | None = None
     #: For its (batch, classes) outputs: the share of rows whose top-1 class agrees.
     top1_agreement: float | None = None
+    #: The steps allowed on the output of ``max_steps``: QUANT_STEPS + onnxruntime's own spread.
+    step_tolerance: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,10 +86,38 @@ def random_feeds(inputs: tuple[TensorSpec, ...], seed: int = 0) -> dict[str, np.
 
 
 def reference_outputs(
-    ingested: IngestedModel, feeds: dict[str, np.ndarray], threads: int
+    ingested: IngestedModel, feeds: dict[str, np.ndarray], threads: int, *, optimized: bool = True
 ) -> list[np.ndarray]:
-    session = ort_session(ingested.model.SerializeToString(), threads)
+    """onnxruntime's outputs; ``optimized=False`` runs the graph as the ONNX spec defines it,
+    with graph optimisations off (a QDQ model's DQ → op → Q in fp32, no ``QLinearConv``)."""
+    options = None
+    if not optimized:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort_session(ingested.model.SerializeToString(), threads, options)
     return [np.asarray(x) for x in session.run(None, feeds)]
+
+
+def reference_spread(
+    ingested: IngestedModel,
+    feeds: dict[str, np.ndarray],
+    reference: Sequence[np.ndarray],
+    steps: dict[str, float],
+    threads: int,
+) -> dict[str, float]:
+    """For each quantized output (``steps``): the largest difference, in its steps, between
+    ``reference`` (onnxruntime as it runs by default) and onnxruntime running the same graph
+    unoptimized; both are correct executions of the QDQ model (module docstring)."""
+    if not steps:
+        return {}
+    spec = reference_outputs(ingested, feeds, threads, optimized=False)
+    names = [o.name for o in ingested.outputs]
+    spread = {}
+    for name, ref, exact in zip(names, reference, spec, strict=True):
+        if name in steps and ref.shape == exact.shape:
+            diff = np.abs(ref.astype(np.float64) - exact.astype(np.float64))
+            spread[name] = float(np.nanmax(diff, initial=0.0)) / steps[name]
+    return spread
 
 
 def compare(
@@ -89,11 +126,13 @@ def compare(
     names: Sequence[str],
     seed: int,
     steps: dict[str, float] | None = None,
+    spread: dict[str, float] | None = None,
 ) -> Verification:
     """Each output within the tolerance (module docstring); ``steps`` holds the quantization
-    step of the outputs compared in steps."""
-    steps = steps or {}
+    step of the outputs compared in steps, ``spread`` onnxruntime's own difference on them."""
+    steps, spread = steps or {}, spread or {}
     max_steps: float | None = None
+    step_tolerance: float | None = None
     agreement: list[float] = []
     if len(ours) != len(reference):
         return Verification(False, float("inf"), float("inf"), RTOL, ATOL, seed, "output count")
@@ -120,8 +159,10 @@ def compare(
             rel_err = float((diff / np.maximum(magnitude, 1e-30)).max()) if diff.size else 0.0
             if name in steps:
                 in_steps = abs_err / steps[name]
-                max_steps = max(max_steps or 0.0, in_steps)
-                passed = passed and in_steps <= QUANT_STEPS + 1e-3
+                allowed = QUANT_STEPS + spread.get(name, 0.0)
+                if max_steps is None or in_steps >= max_steps:
+                    max_steps, step_tolerance = in_steps, allowed
+                passed = passed and in_steps <= allowed + 1e-3
                 if ref64.ndim == 2 and ref64.shape[1] > 1:
                     agreement.append(float(np.mean(got64.argmax(1) == ref64.argmax(1))))
             elif not np.all(diff <= atol + RTOL * magnitude):
@@ -129,7 +170,9 @@ def compare(
         if abs_err >= worst[1]:
             worst = (name, abs_err, rel_err)
     top1 = float(np.mean(agreement)) if agreement else None
-    return Verification(passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0], max_steps, top1)
+    return Verification(
+        passed, worst[1], worst[2], RTOL, ATOL, seed, worst[0], max_steps, top1, step_tolerance
+    )
 
 
 def check_outputs(
@@ -143,16 +186,14 @@ def check_outputs(
 ) -> Verification:
     """Compare the artifact's ``outputs`` on ``feeds`` with onnxruntime's; raises
     ``VerificationError`` on a mismatch (``where`` names the device that ran them, if remote)."""
-    result = compare(
-        outputs,
-        reference_outputs(ingested, feeds, threads),
-        [spec.name for spec in ingested.outputs],
-        seed,
-        quantization_steps(ingested.model),
-    )
+    reference = reference_outputs(ingested, feeds, threads)
+    steps = quantization_steps(ingested.model)
+    names = [spec.name for spec in ingested.outputs]
+    spread = reference_spread(ingested, feeds, reference, steps, threads)
+    result = compare(outputs, reference, names, seed, steps, spread)
     if not result.passed:
         tolerance = (
-            f"{QUANT_STEPS:g} quantization steps; {result.max_steps:.3g} found"
+            f"{result.step_tolerance:.3g} quantization steps; {result.max_steps:.3g} found"
             if result.max_steps is not None
             else f"rtol={RTOL}, atol={ATOL}·max|ref|"
         )
