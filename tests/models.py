@@ -422,10 +422,15 @@ def resize_model() -> onnx.ModelProto:
     )
 
 
-def silu_model(seed: int = 0) -> onnx.ModelProto:
+def silu_model(
+    seed: int = 0, *, in_channels: int = 3, out_channels: int = 8, size: int = 10
+) -> onnx.ModelProto:
     """Conv -> x * Sigmoid(x) (SiLU/Swish as exported by PyTorch for EfficientNet/YOLO)."""
     rng = np.random.default_rng(seed)
-    inits = [_init("W", _weights(rng, (8, 3, 3, 3))), _init("B", np.zeros(8, np.float32))]
+    inits = [
+        _init("W", _weights(rng, (out_channels, in_channels, 3, 3))),
+        _init("B", rng.normal(0, 0.1, out_channels).astype(np.float32)),
+    ]
     nodes = [
         helper.make_node(
             "Conv", ["x", "W", "B"], ["c"], name="conv0", kernel_shape=[3, 3], pads=[1, 1, 1, 1]
@@ -434,7 +439,11 @@ def silu_model(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Mul", ["c", "s"], ["y"], name="mul0"),
     ]
     return make_model(
-        nodes, [_vi("x", [1, 3, 10, 10])], [_vi("y", [1, 8, 10, 10])], inits, name="silu"
+        nodes,
+        [_vi("x", [1, in_channels, size, size])],
+        [_vi("y", [1, out_channels, size, size])],
+        inits,
+        name="silu",
     )
 
 

@@ -12,12 +12,14 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import tvm
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.tuner.artifact_files import LIBRARY_NAME
-from convtune.tuner.graph.extract import RelaxModel, model_for_target
+from convtune.tuner.graph.extract import RelaxModel, fusion_passes, model_for_target
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 
@@ -31,8 +33,32 @@ def build_library(
     (``untuned``) in the manifest instead of hiding them.
     """
     use_convtune_lowering()  # as its candidates were lowered when measured
-    executable = ms.relax_integration.compile_relax(database, relax_model.mod, target, params=None)
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        executable = relax.build(relax_model.mod, target=target, relax_pipeline=_pipeline(target))
     return _publish(out_dir, lambda partial: executable.export_library(str(partial)))
+
+
+def _pipeline(target: Target) -> tvm.transform.Pass:
+    """TVM's ``compile_relax`` pipeline with our fusion passes (``extract.fusion_passes``, which
+    task extraction runs too): fuse, apply the database's schedules, lower and finalize."""
+    passes = [
+        *relax.pipeline.library_dispatch_passes(target),
+        *fusion_passes(),
+        relax.transform.MetaScheduleApplyDatabase(),
+        # compile_relax's CPU lowering: TVM registers no dataflow_lower_passes for cpu_generic.
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.ToNonDataflow(),
+        relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(),
+        relax.transform.StaticPlanBlockMemory(),
+        relax.transform.LowerAllocTensor(),
+        relax.transform.KillAfterLastUse(),
+        relax.transform.LowerRuntimeBuiltin(),
+        relax.transform.ComputePrimValue(),
+        relax.transform.VMShapeLower(),
+        relax.transform.AttachGlobalSymbol(),
+    ]
+    return tvm.transform.Sequential(passes)
 
 
 def copy_library(built: Path, out_dir: Path) -> Path:

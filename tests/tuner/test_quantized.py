@@ -295,6 +295,34 @@ def test_a_qdq_detector_is_gated_by_onnxruntimes_own_spread(tmp_path: Path) -> N
         verify_artifact(artifact, recalibrated, threads=2)
 
 
+def silu_convs() -> onnx.ModelProto:
+    """``x[1,16,20,20]`` → 3×3 conv → SiLU → 1×1 conv → SiLU, as PyTorch exports YOLO's."""
+    g = _Graph()
+    x = g.conv("x", "conv_a", 16, 32, 3)
+    x = g.op("Mul", [x, g.op("Sigmoid", [x], "sig_a")], "silu_a")
+    x = g.conv(x, "conv_b", 32, 32, 1)
+    x = g.op("Mul", [x, g.op("Sigmoid", [x], "sig_b")], "silu_b")
+    return g.model([1, 16, 20, 20], x)
+
+
+@pytest.mark.skipif(
+    not has_vnni(make_target(None)), reason="the host CPU has no AVX-512 VNNI: no int8 kernel"
+)
+def test_a_qdq_silu_is_a_table_read_in_the_int8_kernels_epilogue(tmp_path: Path) -> None:
+    qdq = quantize_qdq(silu_convs())
+    ingested = load_model(models.to_bytes(qdq))
+    _, tasks = extract_tasks(ingested, make_target(None), "nchwc")
+    convs = [t for t in tasks if t.kind == "conv"]
+    assert len(convs) == 2, [t.name for t in tasks]
+    for task in convs:
+        assert "int8" in task.name and "take" in task.name, task.name
+        assert "sigmoid" not in task.name, task.name
+
+    so_path = compile_untuned(ingested, make_target(None), tmp_path)
+    result = verify_artifact(Artifact.load(so_path, ["x"]), ingested, threads=2)
+    assert result.passed and result.max_steps is not None and result.max_steps <= 1.001
+
+
 # ---------------------------------------------------------------------------------------------
 # the integer pieces, in numpy
 # ---------------------------------------------------------------------------------------------

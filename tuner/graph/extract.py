@@ -33,6 +33,7 @@ from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
+from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
 
@@ -166,6 +167,10 @@ def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxMode
                 mod = singleton_qparams(mod)
         except Exception as exc:  # the QDQ graph still runs as it is, in fp32
             notes = [f"int8: QDQ convs left in fp32, the integer rewrite failed: {error_line(exc)}"]
+    try:
+        mod, _ = lookup_tables(mod)
+    except Exception as exc:  # the activations still run as their fp32 chains
+        notes.append(f"int8: activations left as fp32 chains, tables failed: {error_line(exc)}")
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
     # Folding the scaled weights to constants here lets the layout pass (tuner/graph/layout.py)
@@ -180,22 +185,28 @@ def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxMode
     return RelaxModel(mod=folded, fallbacks=tuple(notes))
 
 
+def fusion_passes() -> list[tvm.transform.Pass]:
+    """Lower and fuse, as TVM's ``compile_relax`` does before applying the database, plus
+    :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` after the pattern
+    analysis; ``fuse`` (task extraction) and ``library.build_library`` share it, so task keys
+    match."""
+    return [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        elementwise_table_lookups,
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+
+
 def fuse(relax_model: RelaxModel) -> IRModule:
-    """The pass sequence ``compile_relax`` runs before applying the database, so task keys match.
+    """The model's fused TIR functions, as the build compiles them (:func:`fusion_passes`).
 
     ``extract_tasks`` alone does not legalize or fuse and would return no tasks.
     """
-    passes = tvm.transform.Sequential(
-        [
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-        ]
-    )
     with tvm.transform.PassContext(opt_level=3):
-        return passes(relax_model.mod)
+        return tvm.transform.Sequential(fusion_passes())(relax_model.mod)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.isa import vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
+from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .pixel_shuffle import DCR_AXES, Shuffle
 
 _CONV2D = Op.get("relax.nn.conv2d")
@@ -549,6 +550,13 @@ class _BlockingMutator(PyExprMutator):
                 return None
             new_call = relax.Call(call.op, [unary.var, *args[1:]], call.attrs, call.ty_args)
             return self._emit_blocked(var, new_call, unary.channels)
+        if name == "relax.take" and is_table_lookup(call):
+            # A quantized activation's table (lookup_tables.py): element by element on the index.
+            index = self.blocked.get(args[1]) if isinstance(args[1], relax.Var) else None
+            if index is None or out_shape is None or len(out_shape) != 4:
+                return None
+            new_call = relax.Call(call.op, [args[0], index.var], call.attrs, call.ty_args)
+            return self._emit_blocked(var, new_call, index.channels)
         if name in _BINARY:
             if out_shape is None or len(out_shape) != 4:
                 return None
@@ -826,7 +834,9 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
 def legalize(mod: IRModule, target: Target) -> IRModule:
     """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``."""
     with target:
-        return relax.transform.LegalizeOps({"relax.nn.conv2d": _legalize_conv2d})(mod)
+        return relax.transform.LegalizeOps(
+            {"relax.nn.conv2d": _legalize_conv2d, "relax.take": legalize_table_lookup}
+        )(mod)
 
 
 def blocked_layout(

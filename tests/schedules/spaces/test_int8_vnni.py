@@ -10,10 +10,10 @@ Running needs AVX-512 VNNI on the host; the assembly is checked for Zen 4 on any
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
+import onnx
 import pytest
 import tvm
 from tvm import te
@@ -38,7 +38,7 @@ from convtune.schedules.spaces.int8_vnni import OC_BLOCKS, Int8VnniConvSpace, sc
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
-from tests.models import conv_net, to_bytes
+from tests.models import conv_net, silu_model, to_bytes
 from tests.schedules.kernels import AVX512, conv_task, run
 
 needs_vnni = pytest.mark.skipif(
@@ -191,9 +191,13 @@ def test_the_kernel_is_vpdpbusd_on_zmm(oc_inner: int) -> None:
 
 #: QDQ convs whose input is the graph input (its zero point is not 0: the task adds the
 #: zero-point correction; the padding by it is the task before).
-QDQ_CONVS: dict[str, dict[str, Any]] = {
-    "3x3-stride2": dict(in_channels=16, out_channels=64, size=12, strides=2, relu=False),
-    "1x1": dict(in_channels=64, out_channels=48, size=7, kernel=1, pads=0),
+#: The SiLU one's epilogue reads its quantized activation from a table (lookup_tables.py).
+QDQ_CONVS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "3x3-stride2": lambda: conv_net(
+        in_channels=16, out_channels=64, size=12, strides=2, relu=False
+    ),
+    "1x1": lambda: conv_net(in_channels=64, out_channels=48, size=7, kernel=1, pads=0),
+    "3x3-silu": lambda: silu_model(in_channels=16, out_channels=32, size=12),
 }
 
 
@@ -202,8 +206,8 @@ def int8_tasks() -> dict[str, IRModule]:
     """The int8 conv task of each of ``QDQ_CONVS`` quantized, planned for Zen 4."""
     space = Int8VnniConvSpace()
     found = {}
-    for name, config in QDQ_CONVS.items():
-        qdq = quantize_qdq(conv_net(**config))
+    for name, build in QDQ_CONVS.items():
+        qdq = quantize_qdq(build())
         _, tasks = extract_tasks(load_model(to_bytes(qdq)), make_target(AVX512), "nchwc")
         (found[name],) = [task.mod for task in tasks if space.applies_to(task.mod)]
     return found
@@ -218,7 +222,9 @@ def test_the_space_takes_the_integer_convs_only(int8_tasks) -> None:
     assert {name: _out_chunks(mod) for name, mod in int8_tasks.items()} == {
         "3x3-stride2": 4,
         "1x1": 3,
+        "3x3-silu": 2,
     }
+    assert "take" in int8_tasks["3x3-silu"]["main"].script()
     for mod in int8_tasks.values():
         assert not is_blocked_conv(mod)  # not an fp32 space's task
     fp32 = conv_task(dict(in_channels=16, out_channels=32, size=8), is_blocked_conv, AVX512)
