@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import shlex
 from typing import Any
 
@@ -19,8 +20,61 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
 
 
+def cpu_flags() -> set[str]:
+    """The ``flags`` of the first processor in /proc/cpuinfo (empty set if unreadable)."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _flag_key(name: str) -> str:
+    # LLVM spells "avx512vnni", "amx-tile"; /proc/cpuinfo "avx512_vnni", "amx_tile".
+    return name.replace("_", "").replace("-", "")
+
+
+#: LLVM features whose cpuinfo flag has the same name up to "_"/"-", so a missing flag means the
+#: CPU (or the hypervisor) does not offer the feature.
+_VECTOR_FEATURE_PREFIXES = ("avx", "amx")
+_VECTOR_FEATURES = {"fma", "f16c", "gfni", "vaes", "vpclmulqdq"}
+
+
+def masked_features(mcpu: str, flags: set[str]) -> list[str]:
+    """The vector features LLVM's ``mcpu`` implies that ``flags`` (/proc/cpuinfo) lack.
+
+    A VM may hide part of its CPU: an AMD EPYC Zen 4 guest (family 25 model 17, which LLVM names
+    ``znver4``) was seen without any AVX-512 flag (2026-12-03). Compiled for ``znver4`` alone,
+    every candidate and the model trapped on an invalid opcode. Names with a dot (``avx10.1-512``)
+    have no cpuinfo twin and are left alone, as is everything when ``flags`` is empty.
+    """
+    if not flags:
+        return []
+    have = {_flag_key(flag) for flag in flags}
+    triple = codegen.llvm_get_system_triple()
+    implied = codegen.llvm_get_cpu_features(
+        Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
+    )
+    return sorted(
+        str(feature)
+        for feature in implied
+        if "." not in str(feature)
+        and (str(feature).startswith(_VECTOR_FEATURE_PREFIXES) or str(feature) in _VECTOR_FEATURES)
+        and _flag_key(str(feature)) not in have
+    )
+
+
 def host_target_spec() -> dict[str, Any]:
-    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": physical_cores()}
+    """This host as an LLVM target: its CPU name, minus the vector features it does not offer."""
+    mcpu = codegen.llvm_get_system_cpu()
+    spec: dict[str, Any] = {"kind": "llvm", "mcpu": mcpu, "num-cores": physical_cores()}
+    masked = masked_features(mcpu, cpu_flags())
+    if masked:
+        spec["mattr"] = [f"-{feature}" for feature in masked]
+    return spec
 
 
 def parse_target_spec(text: str | None) -> dict[str, Any]:

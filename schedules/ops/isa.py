@@ -16,11 +16,10 @@ ACCUMULATORS = {16: 28, 8: 14}
 def _has_feature(target: Target, feature: str) -> bool:
     mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
     triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
-    return bool(
-        codegen.llvm_cpu_has_features(
-            [feature], Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
-        )
-    )
+    # -mattr counts: a VM's znver4 without AVX-512 is "znver4" with "-avx512f" (tuner/target.py).
+    mattr = [str(attr) for attr in target.attrs.get("mattr", [])]
+    spec = {"kind": "llvm", "mcpu": mcpu, "mtriple": triple, "mattr": mattr}
+    return bool(codegen.llvm_cpu_has_features([feature], Target(spec)))
 
 
 def has_avx512(target: Target) -> bool:

@@ -6,13 +6,15 @@ import tvm
 from tvm import te
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-from tvm.target import Target, codegen
+from tvm.target import Target
+
+from convtune.tuner.target import host_target_spec
 
 #: This host's CPU: the tuning tests run what they build (an AVX-512 target on a Zen 3 host
 #: built kernels that died on their first instruction).
-HOST_CPU = codegen.llvm_get_system_cpu()
-TARGET = Target({"kind": "llvm", "mcpu": HOST_CPU, "num-cores": 2})
-OTHER_TARGET = Target({"kind": "llvm", "mcpu": HOST_CPU, "num-cores": 1})
+HOST_CPU = host_target_spec()["mcpu"]
+TARGET = Target({**host_target_spec(), "num-cores": 2})
+OTHER_TARGET = Target({**host_target_spec(), "num-cores": 1})
 
 
 def matmul(

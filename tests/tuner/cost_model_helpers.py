@@ -14,12 +14,13 @@ import tvm
 from tvm import te, topi
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-from tvm.target import Target, codegen
+from tvm.target import Target
 
 from convtune.db.ms_database import SQLDatabase
+from convtune.tuner.target import host_target_spec
 
 # This host's CPU: the records are measured here.
-TARGET = Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": 2})
+TARGET = Target({**host_target_spec(), "num-cores": 2})
 # (channels, size): small enough to compile in well under a second.
 TRAIN_CONVS = [(16, 16), (32, 8), (24, 12), (48, 8)]
 NEW_CONV = (32, 12)

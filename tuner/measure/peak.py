@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.target import cpu_flags
 
 ACCUMULATORS = 12
 
@@ -115,18 +116,6 @@ def quietness_warnings(spread: float | None, load: float | None, cpus: int) -> l
             "running; measure again on a quiet machine"
         )
     return out
-
-
-def cpu_flags() -> set[str]:
-    """The ``flags`` of the first processor in /proc/cpuinfo (empty set if unreadable)."""
-    try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def best_isa(flags: set[str] | None = None) -> str:
