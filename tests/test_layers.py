@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
             "tuner.errors",
             "tuner.options",
             "tuner.target",
+            "tuner.cpu_flags",
             "tuner.events",
             "tuner.artifact_files",
             "tuner.tables",

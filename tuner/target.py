@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import pathlib
 import shlex
 from typing import Any
 
 import psutil
 from tvm.target import Target, codegen
 
+from convtune.tuner.cpu_flags import cpu_flags
 from convtune.tuner.errors import ConvtuneError
 
 _INT_OPTIONS = {"num-cores", "opt-level"}
@@ -18,18 +18,6 @@ _LIST_OPTIONS = {"mattr", "keys", "libs"}
 
 def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-
-
-def cpu_flags() -> set[str]:
-    """The ``flags`` of the first processor in /proc/cpuinfo (empty set if unreadable)."""
-    try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def _flag_key(name: str) -> str:

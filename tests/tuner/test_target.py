@@ -9,7 +9,8 @@ import textwrap
 from tvm.target import Target, codegen
 
 from convtune.schedules.ops.isa import has_vnni, vector_lanes
-from convtune.tuner.target import cpu_flags, host_target_spec, make_target, masked_features
+from convtune.tuner.cpu_flags import cpu_flags
+from convtune.tuner.target import host_target_spec, make_target, masked_features
 
 #: /proc/cpuinfo flags of a Zen 4 that shows all of its AVX-512.
 ZEN4_FLAGS = {

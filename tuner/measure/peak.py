@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from convtune.tuner.cpu_flags import cpu_flags
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.target import cpu_flags
 
 ACCUMULATORS = 12
 
