@@ -436,6 +436,7 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         peak_gflops=peak_gflops,
         layout=tuned.manifest["layout"],
         winograd=manifest_winograd(tuned.manifest),
+        precision=tuned.manifest.get("precision", "fp32"),
     )
     bench_doc = bench.as_dict()
     if isolated is not None:

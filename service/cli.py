@@ -26,7 +26,14 @@ from convtune.service.cli_perf import perf_app
 from convtune.service.progress import TuneProgress
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.events import Event, TrialBatch
-from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
+from convtune.tuner.options import (
+    ALL_ALGORITHMS,
+    DEFAULT_LAYOUT,
+    Algorithm,
+    Layout,
+    Precision,
+    TuneOptions,
+)
 
 app = typer.Typer(
     name="convtune",
@@ -48,6 +55,14 @@ TargetOption = Annotated[
     typer.Option("--target", help='Default: this host. E.g. "llvm -mcpu=znver4 -num-cores=2".'),
 ]
 
+PrecisionOption = Annotated[
+    Precision,
+    typer.Option(
+        help="bf16: convolutions multiply bf16 inputs and weights with fp32 sums on "
+        "AVX-512 BF16 CPUs (verified with a bf16 tolerance); fp32 otherwise."
+    ),
+]
+
 
 def _quiet_tvm_logs() -> None:
     # MetaSchedule prints its task tables at INFO; ours is the progress display.
@@ -60,6 +75,7 @@ def workloads(
     model: Annotated[Path, typer.Argument(help="ONNX model file.")],
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
+    precision: PrecisionOption = TuneOptions.precision,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """List the model's tunable workloads: each Conv/Gemm/MatMul and the other fused tasks."""
@@ -71,7 +87,10 @@ def workloads(
         ingested = load_ingested(model, input_shape)
         # With the Winograd alternatives a job would tune.
         relax_model, tasks = extract_tasks(
-            ingested, make_target(target), algorithms=TuneOptions().algorithms
+            ingested,
+            make_target(target),
+            algorithms=TuneOptions().algorithms,
+            precision=precision,
         )
         rows = [task.as_dict() for task in tasks]
         layout = relax_model.layout_summary()
@@ -205,6 +224,7 @@ def tune(
             "direct,winograd. 'direct' refuses Winograd (its rounding differs)."
         ),
     ] = ",".join(ALL_ALGORITHMS),
+    precision: PrecisionOption = TuneOptions.precision,
     input_shape: InputShapeOption = None,
     target: TargetOption = None,
     fleet: Annotated[
@@ -243,6 +263,7 @@ def tune(
             retune=retune,
             layout=layout,
             algorithms=Algorithm.parse_list(algorithms),
+            precision=precision,
             fleet=fleet,
             confirm=confirm,
             compare=compare,

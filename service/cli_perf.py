@@ -170,6 +170,7 @@ def measure_artifact(
     winograd: dict[int, int] | None = None,
     rounds: int = 10,
     runs: int = 5,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Bench (tuned vs onnxruntime, interleaved) and per-layer profile of a freshly built
     artifact on ``threads`` threads, stored on its row: what the worker runs after every job so
@@ -207,6 +208,7 @@ def measure_artifact(
         runs=runs,
         layout=layout,
         winograd=winograd,
+        precision=precision,
     )
     doc["artifact_id"] = artifact_id
     store_artifact_results(engine, artifact_id, bench=doc, profile=rows)
@@ -378,6 +380,7 @@ def profile(
             if artifact
             else DEFAULT_LAYOUT,
             winograd=manifest_winograd(manifest),
+            precision=str(manifest.get("precision", "fp32")),
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:

@@ -362,6 +362,7 @@ class Worker:
                 threads=threads,
                 layout=options.layout,
                 winograd=manifest_winograd(result.manifest),
+                precision=options.precision,
             )
         except Exception as exc:
             log.warning(

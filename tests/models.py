@@ -10,7 +10,7 @@ shapes) and :func:`run_onnxruntime` (reference outputs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -505,6 +505,20 @@ def inverted_residual_net(*, batch: int = 2, channels: int = 32, size: int = 9, 
 def to_bytes(model: onnx.ModelProto) -> bytes:
     """Serialized model, as a user would upload it."""
     return model.SerializeToString()
+
+
+def with_conv_weights(
+    model: onnx.ModelProto, transform: Callable[[np.ndarray], np.ndarray]
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose 4-D initializers (conv weights) are ``transform``ed."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index, tensor in enumerate(copy.graph.initializer):
+        array = numpy_helper.to_array(tensor)
+        if array.ndim == 4:
+            new = numpy_helper.from_array(transform(array).astype(array.dtype), tensor.name)
+            copy.graph.initializer[index].CopyFrom(new)
+    return copy
 
 
 def static_input_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -21,7 +21,7 @@ from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.tuner.artifact_files import LIBRARY_NAME
 from convtune.tuner.graph.extract import RelaxModel, fusion_passes, model_for_target
 from convtune.tuner.graph.ingest import IngestedModel
-from convtune.tuner.options import DEFAULT_LAYOUT, Layout
+from convtune.tuner.options import DEFAULT_LAYOUT, Layout, Precision
 
 
 def build_library(
@@ -78,11 +78,15 @@ def _publish(out_dir: Path, write: Callable[[Path], object]) -> Path:
 
 
 def compile_untuned(
-    ingested: IngestedModel, target: Target, out_dir: Path, layout: Layout = DEFAULT_LAYOUT
+    ingested: IngestedModel,
+    target: Target,
+    out_dir: Path,
+    layout: Layout = DEFAULT_LAYOUT,
+    precision: Precision = Precision.FP32,
 ) -> Path:
     """Build ``ingested`` for ``target`` without any tuning record; returns ``out_dir/model.so``.
 
     Raises ``UnsupportedOpError`` when the TVM frontend cannot convert the model.
     """
-    relax_model = model_for_target(ingested, target, layout)
+    relax_model = model_for_target(ingested, target, layout, precision=precision)
     return build_library(relax_model, ms.database.MemoryDatabase(), target, Path(out_dir))

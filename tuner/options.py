@@ -65,6 +65,20 @@ class Algorithm(StrEnum):
 ALL_ALGORITHMS = tuple(Algorithm)
 
 
+class Precision(StrEnum):
+    """What the model's fp32 convolutions multiply in (a QDQ model's int8 convs stay int8)."""
+
+    FP32 = "fp32"
+    #: Opt-in: bf16 inputs and weights, fp32 sums (tuner/graph/bf16.py), on AVX-512 BF16 CPUs;
+    #: verification allows the larger error (tuner/measure/verify.py, BF16_RTOL).
+    BF16 = "bf16"
+
+    @classmethod
+    def parse(cls, value: str | Precision) -> Precision:
+        """``value`` as a Precision; a ``ConvtuneError`` naming the choices otherwise."""
+        return _parse(cls, value, "precision")
+
+
 # Elementwise and pooling tasks have small spaces that converge in a few trials.
 OTHER_TASK_TRIALS = 8
 
@@ -88,6 +102,7 @@ class TuneOptions:
     layout: Layout = DEFAULT_LAYOUT
     #: The convolution algorithms the search may choose from, per layer by measurement.
     algorithms: tuple[Algorithm, ...] = ALL_ALGORITHMS
+    precision: Precision = Precision.FP32
     #: A registered fleet (``convtune fleets add``) whose RPC devices measure; None: this host.
     fleet: str | None = None
     #: Re-measure each task's fastest records side by side before the build
@@ -102,6 +117,7 @@ class TuneOptions:
     def __post_init__(self) -> None:
         self.layout = Layout.parse(self.layout)
         self.algorithms = Algorithm.parse_list(self.algorithms)
+        self.precision = Precision.parse(self.precision)
 
     @classmethod
     def from_dict(cls, values: dict[str, object]) -> TuneOptions:

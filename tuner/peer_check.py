@@ -108,6 +108,7 @@ def check_against_onnxruntime(
     layout: Layout,
     winograd: dict[int, int],
     rounds: int = ROUNDS,
+    precision: str = "fp32",
 ) -> PeerCheck:
     """Time ``so_path`` beside onnxruntime; profile both when it is slower. Never raises: a
     failure to measure is the check's ``error``, since the verified artifact stands."""
@@ -135,6 +136,7 @@ def check_against_onnxruntime(
             peak_gflops=0.0,
             layout=layout,
             winograd=winograd,
+            precision=precision,
         )
     except Exception as exc:
         return PeerCheck(threads, ms, ort_ms, error=f"profile failed: {error_line(exc)}")

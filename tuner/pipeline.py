@@ -44,7 +44,14 @@ from convtune.tuner.measure.fleet import Fleet, FleetUnavailable, find_fleet
 from convtune.tuner.measure.runtime import Artifact, set_threads
 from convtune.tuner.measure.timers import CandidateTimer, LocalTimer
 from convtune.tuner.measure.verify import Verification, verify_artifact
-from convtune.tuner.options import ALL_ALGORITHMS, DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
+from convtune.tuner.options import (
+    ALL_ALGORITHMS,
+    DEFAULT_LAYOUT,
+    Algorithm,
+    Layout,
+    Precision,
+    TuneOptions,
+)
 from convtune.tuner.peer_check import check_against_onnxruntime
 from convtune.tuner.search.confirm import (
     ConfirmReport,
@@ -86,9 +93,10 @@ def prepare_model(
     stored_path: str | None,
     layout: Layout = DEFAULT_LAYOUT,
     algorithms: Sequence[Algorithm] = ALL_ALGORITHMS,
+    precision: Precision = Precision.FP32,
 ) -> PreparedModel:
     tvm_target = make_target(target)
-    relax_model, tasks = extract_tasks(ingested, tvm_target, layout, algorithms)
+    relax_model, tasks = extract_tasks(ingested, tvm_target, layout, algorithms, precision)
     database = SQLDatabase(engine, tvm_target)
     workload_ids = [database.records.workload_id(task.mod, task.name) for task in tasks]
     with Session(engine) as session, session.begin():
@@ -259,6 +267,7 @@ def tune_model(
         stored_path=stored_path,
         layout=options.layout,
         algorithms=options.algorithms,
+        precision=options.precision,
     )
     threads = target_threads(prepared.target, options.threads)
     layout_plan = prepared.relax_model.layout_summary()
@@ -326,7 +335,9 @@ def tune_model(
     )
     relax_model = prepared.relax_model
     if winograd:
-        relax_model = model_for_target(ingested, prepared.target, options.layout, winograd)
+        relax_model = model_for_target(
+            ingested, prepared.target, options.layout, winograd, options.precision
+        )
         layout_plan = relax_model.layout_summary()
     key = build_key(prepared, options.layout, layers, winograd)
     # Nothing new measured and the same records chosen: the library built before is this one.
@@ -346,7 +357,7 @@ def tune_model(
     attempts = build_attempts(ingested, prepared, options.layout, relax_model, winograd, reused)
     so_path, verification, fallback = build_verified(
         attempts, ingested, out_dir, target=prepared.target, threads=threads, seed=options.seed,
-        emit=emit,
+        emit=emit, precision=options.precision,
     )  # fmt: skip
     if fallback is not None:
         if fallback.winograd_dropped:
@@ -360,8 +371,9 @@ def tune_model(
 
             try:
                 remote, device = verify_on_fleet(
-                    so_path, ingested, fleet, threads=threads, seed=options.seed
-                )
+                    so_path, ingested, fleet, threads=threads, seed=options.seed,
+                    precision=options.precision,
+                )  # fmt: skip
             except FleetUnavailable as exc:
                 raise FleetUnavailable(
                     f"fleet {fleet.name} paused before verifying on a device: {exc.message}"
@@ -375,7 +387,7 @@ def tune_model(
     if options.compare and fleet is None:  # a fleet's artifact runs on its devices, not here
         check = check_against_onnxruntime(
             ingested, so_path, target=prepared.target, threads=threads, layout=options.layout,
-            winograd=winograd,
+            winograd=winograd, precision=options.precision,
         )  # fmt: skip
         emit(Compared(**check.as_dict()))
     manifest = {
@@ -387,6 +399,7 @@ def tune_model(
         "threads": threads,
         "layout": options.layout.value,
         "algorithms": [a.value for a in options.algorithms],
+        "precision": options.precision.value,
         # Conv index (graph order) → Winograd tile, for everything that rebuilds the model's
         # functions (the profile); the per-conv detail is in layout_plan.
         "winograd": {str(conv): tile for conv, tile in sorted(winograd.items())},
@@ -501,6 +514,7 @@ def build_verified(
     threads: int,
     seed: int,
     emit: EventSink,
+    precision: Precision = Precision.FP32,
 ) -> tuple[Path, Verification, BuildAttempt | None]:
     """The first of ``attempts`` that builds and matches onnxruntime: its library, verification
     and, when it is not the first, the attempt (its ``reason`` said in a ``build_fallback``
@@ -516,8 +530,9 @@ def build_verified(
                 so_path = copy_library(attempt.reused, out_dir)
             else:
                 so_path = build_library(attempt.relax_model, attempt.database, target, out_dir)
+            artifact = Artifact.load(so_path, names)
             verification = verify_artifact(
-                Artifact.load(so_path, names), ingested, threads=threads, seed=seed
+                artifact, ingested, threads=threads, seed=seed, precision=precision
             )
         except Exception as exc:
             if so_path is not None:

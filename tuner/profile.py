@@ -514,6 +514,7 @@ def profile_model(
     runs: int = 5,
     layout: Layout = DEFAULT_LAYOUT,
     winograd: dict[int, int] | None = None,
+    precision: str = "fp32",
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 
@@ -529,8 +530,9 @@ def profile_model(
     for rows without ONNX nodes); ``flops`` = per-call FLOPs × calls; ``gflops`` = flops / ms;
     ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
     extraction names the functions the same way the build did, and ``winograd`` must be the
-    convs the build made Winograd (the manifest's ``winograd``). Each Conv/Gemm/MatMul ONNX node
-    is in exactly one row's ``onnx_nodes``; the alternatives the build did not pick have no row.
+    convs the build made Winograd (the manifest's ``winograd``), ``precision`` the build's.
+    Each Conv/Gemm/MatMul ONNX node is in exactly one row's ``onnx_nodes``; the alternatives the
+    build did not pick have no row.
     """
     from convtune.tuner.graph.extract import (
         extract_tasks,
@@ -539,13 +541,14 @@ def profile_model(
         tasks_by_function,
     )
     from convtune.tuner.measure.verify import random_feeds
-    from convtune.tuner.options import Algorithm
+    from convtune.tuner.options import Algorithm, Precision
 
     feeds = random_feeds(ingested.inputs, seed=0)
     algorithms = tuple(Algorithm) if winograd else (Algorithm.DIRECT,)
-    relax_model, tasks = extract_tasks(ingested, target, layout, algorithms)
+    built_in = Precision.parse(precision)
+    relax_model, tasks = extract_tasks(ingested, target, layout, algorithms, built_in)
     if winograd:
-        relax_model = model_for_target(ingested, target, layout, winograd)
+        relax_model = model_for_target(ingested, target, layout, winograd, built_in)
     task_of = {name: t.name for name, t in tasks_by_function(fuse(relax_model), tasks).items()}
     built = set(task_of.values())
     ours, theirs = _measure_in_children(ingested, so_path, feeds, threads, runs)

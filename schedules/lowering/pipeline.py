@@ -11,6 +11,7 @@ from typing import Any
 import tvm
 
 from . import fast_math
+from .bf16_dot import LinkDpbf16ps
 from .prefetch import InjectPrefetch
 from .stack_locals import KeepLocalsOnStack
 
@@ -18,7 +19,9 @@ from .stack_locals import KeepLocalsOnStack
 PIPELINE = "s_tir"
 #: Our passes, in order, after TVM's TIR pipeline and before its host passes (which turn
 #: allocations into workspace calls, so ``KeepLocalsOnStack`` must come before them).
-PASSES = (InjectPrefetch, KeepLocalsOnStack)
+#: ``LinkDpbf16ps`` must follow TVM's bf16 legalization (in its pipeline), which would rewrite
+#: the wrapper's operands.
+PASSES = (InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps)
 
 _installed = False
 

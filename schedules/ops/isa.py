@@ -32,6 +32,12 @@ def has_vnni(target: Target) -> bool:
     return _has_feature(target, "avx512vnni")
 
 
+def has_bf16(target: Target) -> bool:
+    """Whether the target CPU has AVX-512 BF16 (``vdpbf16ps`` on zmm): Cooper Lake, Sapphire
+    Rapids and later Xeons, Zen 4 and Zen 5."""
+    return _has_feature(target, "avx512bf16")
+
+
 def vector_lanes(target: Target) -> int:
     """fp32 lanes of the widest vector unit the target CPU has (16 on AVX-512, 8 on AVX2)."""
     return 16 if has_avx512(target) else 8

@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGenerat
 from tvm.target import Target
 
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
+from .bf16_dot import Bf16DotConvSpace
 from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
@@ -33,6 +34,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     BlockedPoolSpace(),
     WinogradConvSpace(),
     Int8VnniConvSpace(),
+    Bf16DotConvSpace(),
 )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from convtune.db.models import JobStatus
-from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, TuneOptions
+from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision, TuneOptions
 
 _DEFAULTS = TuneOptions()
 MAX_SEED = 2**32 - 1
@@ -101,6 +101,11 @@ class JobCreate(BaseModel):
         """Stored as the engine reads it: the direct convolution is always a choice."""
         return list(Algorithm.parse_list(value))
 
+    precision: Precision = Field(
+        default=_DEFAULTS.precision,
+        description="bf16: convolutions in bf16 with fp32 sums on AVX-512 BF16 CPUs, verified "
+        "with a bf16 tolerance",
+    )
     fleet: str | None = Field(
         default=None, max_length=64, description="measure on this fleet's RPC devices (its name)"
     )

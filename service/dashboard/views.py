@@ -23,7 +23,7 @@ from convtune.db.models import (
     TuningRecordRow,
     WorkloadRow,
 )
-from convtune.tuner.options import Algorithm, Layout, TuneOptions
+from convtune.tuner.options import Algorithm, Layout, Precision, TuneOptions
 from convtune.tuner.tables import clock, layout_label
 
 from ..app.core.errors import not_found
@@ -122,6 +122,8 @@ def tune_form() -> dict[str, Any]:
         "algorithms": [a.value for a in defaults.algorithms],
         # Direct is always on (every conv can run it); Winograd may be refused.
         "algorithm_choices": [a.value for a in Algorithm],
+        "precision": defaults.precision.value,
+        "precisions": [p.value for p in Precision],
     }
 
 

@@ -170,6 +170,7 @@ def test_tune_form_goes_through_the_api(watched_job: dict[str, Any]) -> None:
     options = watched_job["queued_options"]
     assert (options["trials_per_task"], options["threads"], options["layout"]) == (2, 2, "nchwc")
     assert options["algorithms"] == ["direct"]  # Winograd unticked: refused by the job
+    assert options["precision"] == "fp32"  # the form's precision select, at its default
     assert watched_job["had_cancel"] and watched_job["cancel_after"] == 0
 
 

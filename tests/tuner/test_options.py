@@ -15,6 +15,7 @@ from convtune.tuner.options import (
     OTHER_TASK_TRIALS,
     Algorithm,
     Layout,
+    Precision,
     TuneOptions,
     task_budget,
 )
@@ -25,6 +26,14 @@ def test_layout_parse_accepts_values_and_names_the_choices_otherwise() -> None:
     assert Layout.parse(Layout.NCHWC) is Layout.NCHWC
     with pytest.raises(ConvtuneError, match=r"unknown layout 'nhwc'.*'nchw', 'nchwc'"):
         Layout.parse("nhwc")
+
+
+def test_precision_is_fp32_unless_asked_and_names_the_choices() -> None:
+    assert TuneOptions().precision is Precision.FP32
+    assert TuneOptions.from_dict({"precision": "bf16"}).precision is Precision.BF16
+    assert JobCreate(precision="bf16").precision is Precision.BF16  # type: ignore[arg-type]
+    with pytest.raises(ConvtuneError, match=r"unknown precision 'fp16'.*'fp32', 'bf16'"):
+        TuneOptions(precision="fp16")  # type: ignore[arg-type]
 
 
 def test_tune_options_from_a_stored_job_row() -> None:

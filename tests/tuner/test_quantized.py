@@ -1,5 +1,5 @@
 """QDQ models: which convs the job makes u8×s8→s32 integer convs (tuner/graph/quantized.py,
-conv_kinds/int8.py), what it says of the others, and the numerics of the integer path against
+conv_kinds/dot.py), what it says of the others, and the numerics of the integer path against
 onnxruntime on the same QDQ model.
 
 The models are quantized as users quantize them: onnxruntime's ``quantize_static``
@@ -197,7 +197,7 @@ def test_each_refused_conv_is_counted_with_its_reason() -> None:
     relax_model = to_relax(load_model(models.to_bytes(qdq)), make_target(ZEN4))
     (line,) = relax_model.fallbacks
     assert line.startswith("int8: 1 of 3 quantized convs run as u8×s8 VNNI kernels"), line
-    assert "1× grouped (groups=2): no VNNI kernel of ours" in line
+    assert "1× grouped (groups=2): no dot-product kernel of ours" in line
     assert "1× channels 32→24 not multiples of 8→16" in line
     plan = model_for_target(load_model(models.to_bytes(qdq)), make_target(ZEN4)).plan
     assert plan is not None

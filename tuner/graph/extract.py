@@ -26,16 +26,17 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from convtune.schedules.ops.isa import has_vnni, vector_lanes
+from convtune.schedules.ops.isa import has_bf16, has_vnni, vector_lanes
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
+from convtune.tuner.graph.bf16 import bf16_convs
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
-from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout
+from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
 
@@ -149,9 +150,12 @@ def _dims(values: Sequence[int], sep: str = "x") -> str:
     return sep.join(str(v) for v in values)
 
 
-def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxModel:
+def to_relax(
+    ingested: IngestedModel, target: Target | None = None, precision: Precision = Precision.FP32
+) -> RelaxModel:
     """Convert with TVM's ONNX frontend; a converter failure names the op and node. With a
-    ``target``, the QDQ convs it can run as integer convs become such (``quantized.py``)."""
+    ``target``, the QDQ convs it can run as integer convs become such (``quantized.py``), and
+    with ``Precision.BF16`` the fp32 convs it can run in bf16 (``bf16.py``)."""
     try:
         mod = relax.frontend.onnx.from_onnx(ingested.model)
     except Exception as exc:  # the frontend raises bare Exceptions of many kinds
@@ -182,6 +186,15 @@ def to_relax(ingested: IngestedModel, target: Target | None = None) -> RelaxMode
             relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
         )
     )
+    if Precision.parse(precision) is Precision.BF16:
+        if target is None:
+            notes.append("bf16: every conv stays fp32: bf16 convs need the blocked layout")
+        else:
+            try:
+                folded, converted = bf16_convs(folded, vector_lanes(target), has_bf16(target))
+                notes += converted.notes()
+            except Exception as exc:  # the model still runs, in fp32
+                notes.append(f"bf16: every conv stays fp32, the rewrite failed: {error_line(exc)}")
     return RelaxModel(mod=folded, fallbacks=tuple(notes))
 
 
@@ -356,6 +369,7 @@ def model_for_target(
     target: Target,
     layout: Layout = DEFAULT_LAYOUT,
     winograd_tiles: dict[int, int] | None = None,
+    precision: Precision = Precision.FP32,
 ) -> RelaxModel:
     """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
     convolutions in the blocked layout (tuner/graph/layout.py), those of ``winograd_tiles`` (conv
@@ -365,8 +379,8 @@ def model_for_target(
     other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
     """
     if Layout.parse(layout) is not Layout.NCHWC:
-        return to_relax(ingested)
-    relax_model = to_relax(ingested, target)
+        return to_relax(ingested, None, precision)
+    relax_model = to_relax(ingested, target, precision)
     names = conv_node_names(ingested.model)
     forced: dict[int, str] = {}
     fallbacks: list[str] = []
@@ -401,6 +415,7 @@ def extract_tasks(
     target: Target,
     layout: Layout = DEFAULT_LAYOUT,
     algorithms: Sequence[Algorithm] = (Algorithm.DIRECT,),
+    precision: Precision = Precision.FP32,
 ) -> tuple[RelaxModel, list[ModelTask]]:
     """Every fused TIR task of the model, the anchor ones described by the ONNX nodes they cover.
 
@@ -408,7 +423,7 @@ def extract_tasks(
     (one task per tile size) follow the model's own tasks: alternatives the search measures and
     the build picks from (``tuner/algorithms.py``); the returned model computes every conv direct.
     """
-    relax_model = model_for_target(ingested, target, layout)
+    relax_model = model_for_target(ingested, target, layout, precision=precision)
     try:
         fused = fuse(relax_model)
         extracted = ms.relax_integration.extract_tasks(fused, target)
@@ -439,7 +454,7 @@ def extract_tasks(
         eligible = [c.index for c in relax_model.plan.convs if c.winograd_eligible]
         for tile in TILE_SIZES if eligible else ():
             try:
-                tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile)
+                tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile, precision)
             except Exception as exc:  # the direct kernels stand; say why there is no choice
                 why = f"Winograd F({tile}x{tile},3x3) not offered: {error_line(exc)}"
                 relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
@@ -462,10 +477,11 @@ def _winograd_tasks(
     tasks: list[ModelTask],
     eligible: list[int],
     tile: int,
+    precision: Precision,
 ) -> list[ModelTask]:
     """The Winograd F(tile×tile) tasks of the ``eligible`` convs, described like their direct
     tasks: the model is planned with every eligible conv Winograd and its new tasks kept."""
-    variant = model_for_target(ingested, target, layout, {c: tile for c in eligible})
+    variant = model_for_target(ingested, target, layout, {c: tile for c in eligible}, precision)
     assert variant.plan is not None
     winograd_convs = [c.index for c in variant.plan.convs if c.winograd_tile]
     fused = fuse(variant)

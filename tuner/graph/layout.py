@@ -53,6 +53,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
 from convtune.schedules.ops.conv_call import attr_dtype
+from convtune.schedules.ops.dot_conv import format_of_data
 from convtune.schedules.ops.isa import vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
@@ -127,7 +128,7 @@ class ConvLayout:
     #: The output channels its kernel computes: more than ``out_channels`` where zero filters
     #: pad them to a block (conv_kinds/padded_out.py); 0 until it is planned blocked.
     computed_channels: int = 0
-    #: What it multiplies: "int8" (u8×s8→s32, ``conv_kinds/int8.py``) or "fp32".
+    #: What it multiplies: "int8" (u8×s8→s32) or "bf16" (``conv_kinds/dot.py``), or "fp32".
     precision: str = "fp32"
 
     @property
@@ -469,7 +470,8 @@ class _BlockingMutator(PyExprMutator):
             self.plan.failure = (index, exc)
             raise
         entry.computed_channels = kind.out_channels(site)
-        entry.precision = "int8" if str(site.call.args[0].ty.dtype) == "uint8" else "fp32"
+        dot = format_of_data(str(site.call.args[0].ty.dtype))
+        entry.precision = dot.precision if dot is not None else "fp32"
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
         out_layout = f"NCHW{self.blocked[var].block}c" if kind.writes_blocked else "NCHW"
         entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"

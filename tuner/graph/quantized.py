@@ -5,7 +5,7 @@ holds every conv as ``conv(dequantize(x_q, s_x, z_x), dequantize(w_q, s_w, 0)) +
 by ``quantize``. TVM's frontend imports it as such and runs it in fp32: ``FoldConstant`` turns
 the weight's dequantize into float weights, so the integers are lost unless this pass runs first.
 It rewrites each such conv, where the target has AVX-512 VNNI and the conv kind ``int8`` blocks it
-(``conv_kinds/int8.py``), into
+(``conv_kinds/dot.py``), into
 
     acc = conv2d(x_q, w_q) : s32                         # vpdpbusd, 4 MACs a lane
     y   = float(acc - z_x·Σw) · (s_x·s_w)                # per output channel
@@ -36,7 +36,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from convtune.schedules.ops.int8 import zero_point_correction
 
-from .conv_kinds import int8_refusal
+from .conv_kinds import dot_refusal
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _DEQUANTIZE = Op.get("relax.dequantize")
@@ -123,7 +123,7 @@ class _IntegerConvMutator(PyExprMutator):
             self._keep("not a 2-D NCHW conv")
             return None
         x_shape = tuple(int(d) for d in data.args[0].ty.shape)
-        refusal = int8_refusal(x_shape, w_q.shape, int(attrs.groups), self.lanes)
+        refusal = dot_refusal(x_shape, w_q.shape, int(attrs.groups), self.lanes)
         if not self.vnni:
             refusal = "the CPU has no AVX-512 VNNI"
         if refusal:

@@ -62,6 +62,7 @@ def verify_on_fleet(
     threads: int,
     seed: int = 0,
     wait: float = 120.0,
+    precision: str = "fp32",
 ) -> tuple[Verification, str]:
     """Upload the artifact to a device of the fleet, run it there with the Relax VM over RPC on
     the seeded inputs, compare with onnxruntime here; raises ``VerificationError`` on mismatch.
@@ -79,7 +80,8 @@ def verify_on_fleet(
             if attempt or session_answers(session):
                 raise
             log.warning("device %s went away while verifying; asking for another", device)
+    where = f" on fleet device {device}"
     result = check_outputs(
-        ours, ingested, feeds, threads=threads, seed=seed, where=f" on fleet device {device}"
+        ours, ingested, feeds, threads=threads, seed=seed, where=where, precision=precision
     )
     return result, device

@@ -149,6 +149,7 @@ const convtune = (() => {
       }
       body.layout = data.get("layout");
       body.algorithms = data.getAll("algorithms");
+      body.precision = data.get("precision");
       out.textContent = "queueing…";
       out.className = "";
       const r = await postJson(form.dataset.url, body, data.get("token"));

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
-from .int8 import Int8Kind, int8_refusal
+from .dot import Bf16Kind, Int8Kind, dot_refusal
 from .padded_out import PaddedOutputKind
 from .stem import StemKind
 from .winograd import WinogradKind
@@ -17,6 +17,7 @@ from .winograd import WinogradKind
 #: last); variants are asked after their base kind decided to block a conv.
 CONV_KINDS: tuple[ConvKind, ...] = (
     Int8Kind(),
+    Bf16Kind(),
     DepthwiseKind(),
     StemKind(),
     WinogradKind(),
@@ -47,6 +48,6 @@ __all__ = [
     "ConvSite",
     "Decision",
     "base_kind",
-    "int8_refusal",
+    "dot_refusal",
     "variants_of",
 ]
