@@ -16,8 +16,7 @@ is gated by verification (``tuner/measure/verify.py``, ``BF16_RTOL``).
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -30,16 +29,15 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from convtune.schedules.ops.dot_conv import BF16
 
 from .conv_kinds import dot_refusal
+from .conv_rewrites import ConvRewrites
 
 _CONV2D = Op.get("relax.nn.conv2d")
 
 
 @dataclass
-class Bf16Convs:
+class Bf16Convs(ConvRewrites):
     """What :func:`bf16_convs` did: the convs it made bf16, and why the others stayed fp32."""
 
-    converted: int = 0
-    kept: Counter[str] = field(default_factory=Counter)
     #: Why no conv changed at all (the CPU), or "".
     refused: str = ""
 
@@ -47,12 +45,7 @@ class Bf16Convs:
         """One line for the job's notes."""
         if self.refused:
             return [f"bf16: every conv stays fp32: {self.refused}"]
-        total = self.converted + sum(self.kept.values())
-        line = f"bf16: {self.converted} of {total} convs run as bf16×bf16→fp32 kernels"
-        if self.kept:
-            why = "; ".join(f"{n}× {reason}" for reason, n in self.kept.most_common())
-            line += f", the others in fp32 ({why})"
-        return [line]
+        return [self.line("bf16", "convs run as bf16×bf16→fp32 kernels")]
 
 
 @mutator

@@ -24,9 +24,6 @@ and why the others did not.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
-
 import numpy as np
 from tvm import relax
 from tvm.ir import IRModule, Op
@@ -37,19 +34,16 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from convtune.schedules.ops.int8 import zero_point_correction
 
 from .conv_kinds import dot_refusal
+from .conv_rewrites import ConvRewrites
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _DEQUANTIZE = Op.get("relax.dequantize")
 _QDQ = (Op.get("relax.quantize"), _DEQUANTIZE)
 
 
-@dataclass
-class IntegerConvs:
+class IntegerConvs(ConvRewrites):
     """What :func:`integer_convs` did: the convs it made integer, and why the others stayed
     fp32 (reason → count)."""
-
-    converted: int = 0
-    kept: Counter[str] = field(default_factory=Counter)
 
     @property
     def quantized(self) -> bool:
@@ -60,12 +54,7 @@ class IntegerConvs:
         """One line for the job's notes, or none for a model without QDQ convs."""
         if not self.quantized:
             return []
-        total = self.converted + sum(self.kept.values())
-        line = f"int8: {self.converted} of {total} quantized convs run as u8×s8 VNNI kernels"
-        if self.kept:
-            why = "; ".join(f"{n}× {reason}" for reason, n in self.kept.most_common())
-            line += f", the others in fp32 ({why})"
-        return [line]
+        return [self.line("int8", "quantized convs run as u8×s8 VNNI kernels")]
 
 
 def _const(expr: Expr) -> np.ndarray | None:

@@ -11,7 +11,6 @@ Running needs AVX-512 BF16 on the host; the assembly is checked for Zen 4 on any
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import ml_dtypes
 import numpy as np
@@ -20,7 +19,6 @@ import tvm
 from tvm import te
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.schedules.ops.dot_conv import BF16, DOT_LANES, conv2d_nchwc_dot, pack_weight
@@ -28,6 +26,12 @@ from convtune.schedules.ops.isa import has_bf16
 from convtune.schedules.spaces.bf16_dot import Bf16DotConvSpace
 from convtune.schedules.spaces.dot_conv import OC_BLOCKS
 from convtune.tuner.target import make_target
+from tests.schedules.dot_conv_cases import (
+    from_blocked,
+    reference_conv,
+    to_blocked,
+    with_each_column_block,
+)
 from tests.schedules.kernels import AVX512, assert_close, run
 
 needs_bf16 = pytest.mark.skipif(
@@ -58,33 +62,6 @@ def bf16_conv_func(ic: int, oc: int, block: int, size: int, kernel: int, stride:
     return IRModule({"main": te.create_prim_func([data, weight, bias, out])}), shape
 
 
-def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, stride: int, pads) -> np.ndarray:
-    top, left, bottom, right = pads
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
-    _, _, kh, kw = w.shape
-    oh = (xp.shape[2] - kh) // stride + 1
-    ow = (xp.shape[3] - kw) // stride + 1
-    acc = np.zeros((x.shape[0], w.shape[0], oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i, i + stride * (oh - 1) + 1, stride)
-            cols = slice(j, j + stride * (ow - 1) + 1, stride)
-            acc += np.einsum(
-                "nchw,oc->nohw", xp[:, :, rows, cols], w[:, :, i, j].astype(np.float64)
-            )
-    return np.maximum(acc + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
-
-
-def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def from_blocked(y: np.ndarray) -> np.ndarray:
-    n, chunks, h, w, block = y.shape
-    return y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
-
-
 def case(name: str, seed: int = 0):
     """The TE module, its arguments and the expected fp32 output (NCHW) of ``CONFIGS[name]``."""
     ic, oc, block, size, kernel, stride, pads = CONFIGS[name]
@@ -92,7 +69,8 @@ def case(name: str, seed: int = 0):
     x = rng.standard_normal((1, ic, size, size)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((oc, ic, kernel, kernel)).astype(ml_dtypes.bfloat16)
     bias = rng.standard_normal(oc).astype(np.float32)
-    expected = reference(x.astype(np.float32), w.astype(np.float32), bias, stride, pads)
+    conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
+    expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
     mod, shape = bf16_conv_func(ic, oc, block, size, kernel, stride, pads)
     packed = pack_weight(w, block, BF16).reshape(shape)
     out = np.zeros((1, oc // DOT_LANES, *expected.shape[2:], DOT_LANES), np.float32)
@@ -109,20 +87,6 @@ def test_the_reference_is_the_unscheduled_kernel() -> None:
     assert np.mean(got > 0) > 0.3  # not all clipped by the ReLU
 
 
-def with_each_column_block(mod: IRModule, oc_inner: int) -> Iterator[tuple[int, IRModule]]:
-    """``mod`` scheduled with ``oc_inner`` chunks and each column block the space may sample."""
-    design = Schedule(mod, seed=1)
-    Bf16DotConvSpace().schedule(design, oc_inner)
-    (tile,) = [i for i in design.trace.insts if i.kind.name == "SamplePerfectTile"]
-    width = int(ArgInfo.from_prim_func(mod["main"])[-1].shape[3])
-    columns = [c for c in range(1, width + 1) if width % c == 0 and c * oc_inner <= 28]
-    for c in columns:
-        trace = design.trace.with_decision(tile, [width // c, c], remove_postproc=True)
-        sch = Schedule(mod)
-        trace.apply_to_schedule(sch, remove_postproc=True)
-        yield c, sch.mod
-
-
 @needs_bf16
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_bf16_kernel_equals_the_reference(name: str) -> None:
@@ -131,7 +95,9 @@ def test_bf16_kernel_equals_the_reference(name: str) -> None:
     blocks = [c for c in OC_BLOCKS if chunks % c == 0]
     assert blocks
     for oc_inner in blocks:
-        for columns, scheduled in with_each_column_block(mod, oc_inner):
+        for columns, scheduled in with_each_column_block(
+            mod, Bf16DotConvSpace().schedule, oc_inner
+        ):
             got = from_blocked(run(scheduled, args))
             try:
                 assert_close(got, expected)

@@ -10,7 +10,7 @@ Running needs AVX-512 VNNI on the host; the assembly is checked for Zen 4 on any
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -39,6 +39,12 @@ from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, silu_model, to_bytes
+from tests.schedules.dot_conv_cases import (
+    from_blocked,
+    reference_conv,
+    to_blocked,
+    with_each_column_block,
+)
 from tests.schedules.kernels import AVX512, conv_task, run
 
 needs_vnni = pytest.mark.skipif(
@@ -85,33 +91,6 @@ def int8_conv_func(ic: int, oc: int, block: int, size: int, kernel: int, stride:
     return IRModule({"main": te.create_prim_func([data, weight, scale, out])})
 
 
-def reference_conv(x: np.ndarray, w: np.ndarray, stride: int, pads) -> np.ndarray:
-    """NCHW u8 × OIHW s8 in int64, padded with 0."""
-    top, left, bottom, right = pads
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)))
-    _, _, kh, kw = w.shape
-    oh = (xp.shape[2] - kh) // stride + 1
-    ow = (xp.shape[3] - kw) // stride + 1
-    acc = np.zeros((x.shape[0], w.shape[0], oh, ow), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i, i + stride * (oh - 1) + 1, stride)
-            cols = slice(j, j + stride * (ow - 1) + 1, stride)
-            patch = xp[:, :, rows, cols]
-            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.int64))
-    return acc
-
-
-def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
-    n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def from_blocked(y: np.ndarray) -> np.ndarray:
-    n, chunks, h, w, block = y.shape
-    return y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
-
-
 def case(name: str, seed: int = 0):
     """The TE module, its arguments and the expected u8 output (NCHW) of ``CONFIGS[name]``."""
     ic, oc, block, size, kernel, stride, pads = CONFIGS[name]
@@ -141,21 +120,6 @@ def test_the_reference_is_the_unscheduled_kernel() -> None:
     assert len(np.unique(got)) > 64 and np.mean((got == 0) | (got == 255)) < 0.1
 
 
-def with_each_column_block(mod: IRModule, oc_inner: int) -> Iterator[tuple[int, IRModule]]:
-    """``mod`` scheduled with ``oc_inner`` chunks and each column block the space may sample
-    (a divisor of the output width, at most 28 accumulators): (columns, scheduled module)."""
-    design = Schedule(mod, seed=1)
-    schedule_int8_conv(design, oc_inner)
-    (tile,) = [i for i in design.trace.insts if i.kind.name == "SamplePerfectTile"]
-    width = int(ArgInfo.from_prim_func(mod["main"])[-1].shape[3])
-    columns = [c for c in range(1, width + 1) if width % c == 0 and c * oc_inner <= 28]
-    for c in columns:
-        trace = design.trace.with_decision(tile, [width // c, c], remove_postproc=True)
-        sch = Schedule(mod)
-        trace.apply_to_schedule(sch, remove_postproc=True)
-        yield c, sch.mod
-
-
 @needs_vnni
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_vnni_kernel_equals_the_integer_reference(name: str) -> None:
@@ -164,7 +128,7 @@ def test_vnni_kernel_equals_the_integer_reference(name: str) -> None:
     blocks = [c for c in OC_BLOCKS if chunks % c == 0]
     assert blocks
     for oc_inner in blocks:
-        for columns, scheduled in with_each_column_block(mod, oc_inner):
+        for columns, scheduled in with_each_column_block(mod, schedule_int8_conv, oc_inner):
             np.testing.assert_array_equal(
                 from_blocked(run(scheduled, args)), expected, err_msg=f"{oc_inner=} {columns=}"
             )

@@ -1,0 +1,55 @@
+"""Shared by the dot-product conv tests (int8-vnni, bf16-dot): NCHW ↔ NCHW{b}c, a numpy conv,
+and a design scheduled with each column block its space may sample."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+
+def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_blocked(y: np.ndarray) -> np.ndarray:
+    n, chunks, h, w, block = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
+
+
+def reference_conv(x: np.ndarray, w: np.ndarray, stride: int, pads, dtype=np.int64) -> np.ndarray:
+    """NCHW × OIHW in ``dtype`` (int64: exact for integers), padded with 0."""
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(dtype), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    _, _, kh, kw = w.shape
+    oh = (xp.shape[2] - kh) // stride + 1
+    ow = (xp.shape[3] - kw) // stride + 1
+    acc = np.zeros((x.shape[0], w.shape[0], oh, ow), dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i, i + stride * (oh - 1) + 1, stride)
+            cols = slice(j, j + stride * (ow - 1) + 1, stride)
+            patch = xp[:, :, rows, cols]
+            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(dtype))
+    return acc
+
+
+def with_each_column_block(
+    mod: IRModule, schedule: Callable[[Schedule, int], None], oc_inner: int
+) -> Iterator[tuple[int, IRModule]]:
+    """``mod`` scheduled by ``schedule`` with ``oc_inner`` chunks and each column block the space
+    may sample (a divisor of the output width, at most 28 accumulators): (columns, module)."""
+    design = Schedule(mod, seed=1)
+    schedule(design, oc_inner)
+    (tile,) = [i for i in design.trace.insts if i.kind.name == "SamplePerfectTile"]
+    width = int(ArgInfo.from_prim_func(mod["main"])[-1].shape[3])
+    columns = [c for c in range(1, width + 1) if width % c == 0 and c * oc_inner <= 28]
+    for c in columns:
+        trace = design.trace.with_decision(tile, [width // c, c], remove_postproc=True)
+        sch = Schedule(mod)
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        yield c, sch.mod
