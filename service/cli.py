@@ -133,6 +133,11 @@ def _print_layout(layout: dict[str, Any]) -> None:
             f"{' (' + ', '.join(blocks) + ')' if blocks else ''}, "
             f"{layout['transforms']} layout transforms"
         )
+    if layout.get("denormals_flushed"):
+        console.print(
+            f"weights: {layout['denormals_flushed']} denormal values set to 0 "
+            "(Intel cores slow every FMA that reads one)"
+        )
     for message in layout["fallbacks"]:
         console.print(f"[yellow]warning:[/] {message}")
 

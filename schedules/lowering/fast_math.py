@@ -1,4 +1,4 @@
-"""A vectorizable exp: how ``tirx.exp`` on fp32 compiles for LLVM CPU targets.
+"""A vectorizable exp and erf: how ``tirx.exp`` and ``tirx.erf`` on fp32 compile for LLVM CPUs.
 
 TVM lowers ``tirx.exp`` to LLVM's ``llvm.exp`` intrinsic, and LLVM has no vector expansion of it
 without a vector math library: a vectorized ``sigmoid(x)·x`` loop compiles to one scalar
@@ -20,6 +20,13 @@ test_fast_math.py`` measures it against float64 and the models against onnxrunti
 kernels approximate too). Inputs are clamped to ``[EXP_LOW, EXP_HIGH]``: below, ``e^x`` would
 be a denormal (we return ~1e-38); above, ``2^n`` would leave the exponent field (we return
 ~2.4e38 where ``expf`` reaches inf).
+
+erf has the same problem: TVM lowers ``tirx.erf`` to a scalar ``erff@PLT`` call per element.
+PP-OCRv6's convs end in an Erf-GELU; on a Sapphire-Rapids-class Xeon the 48→96 1×1 conv at 80²
+with that epilogue took 8.31 ms against onnxruntime's 0.52 (13.5 ns per output element), the
+model 2.59× OpenVINO's time. fp32 erf is lowered here to the odd/even rational function on
+``[-4, 4]`` that Eigen and TVM's ``topi.fast_erf`` use (outside, erf is ±1 in fp32): ten FMAs,
+a division and a clamp to [-1, 1]. Max absolute error 4.2e-7 against float64 over [-6, 6].
 """
 
 from __future__ import annotations
@@ -65,27 +72,84 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return two_n * e_r
 
 
+# erf(x) ≈ x·P(x²) / Q(x²) on [-4, 4]; coefficients highest degree first.
+_ERF_NUMERATOR = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+_ERF_DENOMINATOR = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
+#: Beyond ±4, erf is ±1 in fp32 (1 - erf(4) = 1.5e-8).
+ERF_BOUND = 4.0
+
+
+def _polynomial(coefficients: tuple[float, ...], x: tirx.PrimExpr) -> tirx.PrimExpr:
+    f32 = "float32"
+    value = tirx.const(coefficients[0], f32)
+    for coefficient in coefficients[1:]:
+        value = value * x + tirx.const(coefficient, f32)
+    return value
+
+
+def fast_erf(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """``erf(x)`` for an fp32 expression (scalar or vector), as a rational function."""
+    f32 = "float32"
+    x = tirx.max(tirx.min(x, tirx.const(ERF_BOUND, f32)), tirx.const(-ERF_BOUND, f32))
+    x2 = x * x
+    ratio = x * _polynomial(_ERF_NUMERATOR, x2) / _polynomial(_ERF_DENOMINATOR, x2)
+    # Near ±4 the rational function overshoots 1 by an ulp; erf never does.
+    return tirx.max(tirx.min(ratio, tirx.const(1.0, f32)), tirx.const(-1.0, f32))
+
+
 _FLOAT32 = DataType("float32")
+
+
+def _is_float32(x: tirx.PrimExpr) -> bool:
+    dtype = DataType(str(x.ty.dtype))
+    return dtype.type_code == _FLOAT32.type_code and dtype.bits == _FLOAT32.bits
 
 
 def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
     (x,) = call.args
-    dtype = DataType(str(x.ty.dtype))
-    if dtype.type_code == _FLOAT32.type_code and dtype.bits == _FLOAT32.bits:
+    if _is_float32(x):
         return fast_exp(x)
     # What TVM's own rule does, for the types this one leaves alone (fp64, fp16).
-    return tirx.call_llvm_pure_intrin(str(dtype), "llvm.exp", x)
+    return tirx.call_llvm_pure_intrin(str(x.ty.dtype), "llvm.exp", x)
+
+
+def _lower_erf(call: tirx.Call) -> tirx.PrimExpr:
+    (x,) = call.args
+    if _is_float32(x):
+        return fast_erf(x)
+    dtype = DataType(str(x.ty.dtype))
+    if dtype.bits == 64:  # what TVM's own rule does: libm's double erf
+        return tirx.call_pure_extern(str(dtype), "erf", x)
+    # fp16/bf16: through fp32, where TVM's rule would call erff anyway.
+    wide = "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
+    return tirx.Cast(str(dtype), fast_erf(tirx.Cast(wide, x)))
 
 
 _installed = False
 
 
-def use_fast_exp() -> None:
-    """Make every later compile in this process lower fp32 exp by :func:`fast_exp` (idempotent).
+def use_fast_math() -> None:
+    """Make every later compile in this process lower fp32 exp by :func:`fast_exp` and fp32 erf
+    by :func:`fast_erf` (idempotent).
 
     Installed with the rest of our lowering by ``lowering.use_convtune_lowering``.
     """
     global _installed
     if not _installed:
         tirx.register_intrin_lowering("tirx.exp", "llvm", f=_lower_exp, level=LOWERING_LEVEL)
+        tirx.register_intrin_lowering("tirx.erf", "llvm", f=_lower_erf, level=LOWERING_LEVEL)
         _installed = True

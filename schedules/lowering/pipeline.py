@@ -45,5 +45,5 @@ def _install_passes() -> None:
 def use_convtune_lowering() -> None:
     """Install the fast exp (``fast_math.py``) and our TIR passes (the prefetch of
     ``prefetch.py``, the stack locals of ``stack_locals.py``) in this process (idempotent)."""
-    fast_math.use_fast_exp()
+    fast_math.use_fast_math()
     _install_passes()

@@ -31,6 +31,7 @@ from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.bf16 import bf16_convs
+from convtune.tuner.graph.denormals import flush_denormal_constants
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
@@ -52,12 +53,15 @@ class RelaxModel:
     mod: IRModule
     plan: LayoutPlan | None = None
     fallbacks: tuple[str, ...] = ()
+    #: Denormal weights set to zero (``denormals.py``).
+    denormals_flushed: int = 0
 
     def layout_summary(self) -> dict[str, Any]:
         """What the manifest and the CLI report: per conv its layout, per model the transforms."""
+        notes = {"fallbacks": list(self.fallbacks), "denormals_flushed": self.denormals_flushed}
         if self.plan is None:
-            return {"layout": "nchw", "transforms": 0, "fallbacks": list(self.fallbacks)}
-        return {**self.plan.as_dict(), "fallbacks": list(self.fallbacks)}
+            return {"layout": "nchw", "transforms": 0, **notes}
+        return {**self.plan.as_dict(), **notes}
 
 
 @dataclass
@@ -373,11 +377,23 @@ def model_for_target(
 ) -> RelaxModel:
     """The Relax model convtune compiles: converted, BN folded, and with ``Layout.NCHWC`` its
     convolutions in the blocked layout (tuner/graph/layout.py), those of ``winograd_tiles`` (conv
-    index → tile) as Winograd where they can be.
+    index → tile) as Winograd where they can be; its weights without denormals (denormals.py).
 
     The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
     other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
     """
+    laid_out = _laid_out(ingested, target, layout, winograd_tiles, precision)
+    mod, flushed = flush_denormal_constants(laid_out.mod)
+    return replace(laid_out, mod=mod, denormals_flushed=laid_out.denormals_flushed + flushed)
+
+
+def _laid_out(
+    ingested: IngestedModel,
+    target: Target,
+    layout: Layout,
+    winograd_tiles: dict[int, int] | None,
+    precision: Precision,
+) -> RelaxModel:
     if Layout.parse(layout) is not Layout.NCHWC:
         return to_relax(ingested, None, precision)
     relax_model = to_relax(ingested, target, precision)
@@ -407,7 +423,13 @@ def nchw_fallback(relax_model: RelaxModel, fallbacks: list[str], why: str) -> Re
     """The whole model in plain NCHW, with the reason recorded for the user."""
     message = f"whole model compiled in NCHW: {why}"
     plan = LayoutPlan(lanes=0, fallback=message)
-    return RelaxModel(mod=relax_model.mod, plan=plan, fallbacks=(*fallbacks, message))
+    mod, flushed = flush_denormal_constants(relax_model.mod)
+    return RelaxModel(
+        mod=mod,
+        plan=plan,
+        fallbacks=(*fallbacks, message),
+        denormals_flushed=relax_model.denormals_flushed + flushed,
+    )
 
 
 def extract_tasks(

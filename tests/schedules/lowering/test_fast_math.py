@@ -1,8 +1,9 @@
-"""The vectorizable exp (schedules/lowering/fast_math.py): its error, and that models use it end
-to end."""
+"""The vectorizable exp and erf (schedules/lowering/fast_math.py): their error, and that models
+use them end to end."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import tvm
 from onnx import helper
 
-from convtune.schedules.lowering.fast_math import EXP_HIGH, EXP_LOW, use_fast_exp
+from convtune.schedules.lowering.fast_math import ERF_BOUND, EXP_HIGH, EXP_LOW, use_fast_math
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.measure.runtime import Artifact
@@ -32,11 +33,12 @@ def _imports(so_path: Path, symbol: str) -> bool:
     return b"\x00" + symbol.encode() + b"\x00" in so_path.read_bytes()
 
 
-def _vectorized_exp(target, n: int, dtype: str, so_path: Path):
-    """A 16-lane vector loop of ``tirx.exp``, compiled as the builder and model build do."""
-    use_fast_exp()
+def _vectorized(target, n: int, dtype: str, so_path: Path, function=tvm.tirx.exp):
+    """A 16-lane vector loop of ``function`` (a ``tirx`` intrinsic), compiled as the builder and
+    model build do."""
+    use_fast_math()
     x = tvm.te.placeholder((n,), dtype, name="x")
-    y = tvm.te.compute((n,), lambda i: tvm.tirx.exp(x[i]), name="y")
+    y = tvm.te.compute((n,), lambda i: function(x[i]), name="y")
     sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([x, y]))
     (loop,) = sch.get_loops(sch.get_sblock("y"))
     sch.vectorize(sch.split(loop, [None, 16])[1])
@@ -57,7 +59,7 @@ def test_fp32_exp_is_vector_code_within_two_ulp_and_clamps_outside_its_range(tar
     x = np.concatenate([inside, outside])
     y = tvm.runtime.tensor(np.zeros_like(x))
     so_path = tmp_path / "exp32.so"
-    _vectorized_exp(target, x.size, "float32", so_path)(tvm.runtime.tensor(x), y)
+    _vectorized(target, x.size, "float32", so_path)(tvm.runtime.tensor(x), y)
     assert not _imports(so_path, "expf")
 
     got = y.numpy()
@@ -74,9 +76,38 @@ def test_fp64_exp_keeps_libm(target, tmp_path):
     x = np.linspace(-700, 700, 4096)
     y = tvm.runtime.tensor(np.zeros_like(x))
     so_path = tmp_path / "exp64.so"
-    _vectorized_exp(target, x.size, "float64", so_path)(tvm.runtime.tensor(x), y)
+    _vectorized(target, x.size, "float64", so_path)(tvm.runtime.tensor(x), y)
     assert _imports(so_path, "exp")
     np.testing.assert_allclose(y.numpy(), np.exp(x), rtol=1e-15)
+
+
+def test_fp32_erf_is_vector_code_within_5e7_and_saturates_outside_its_range(target, tmp_path):
+    rng = np.random.default_rng(1)
+    x = np.concatenate(
+        [
+            np.linspace(-2 * ERF_BOUND, 2 * ERF_BOUND, 1 << 20),
+            rng.standard_normal(1 << 18),  # GELU's argument x/sqrt(2)
+            [0.0, -0.0, 1e-30, -1e-30, 1e30, -1e30],
+        ]
+    ).astype(np.float32)
+    y = tvm.runtime.tensor(np.zeros_like(x))
+    so_path = tmp_path / "erf32.so"
+    _vectorized(target, x.size, "float32", so_path, tvm.tirx.erf)(tvm.runtime.tensor(x), y)
+    assert not _imports(so_path, "erff")
+    exact = np.array([math.erf(v) for v in x.astype(np.float64)])
+    error = np.abs(y.numpy() - exact)
+    assert error.max() <= 5e-7, (error.max(), x[error.argmax()])
+    assert np.all(np.abs(y.numpy()) <= 1.0)
+    assert np.array_equal(np.sign(y.numpy()[x != 0]), np.sign(x[x != 0]))
+
+
+def test_fp64_erf_keeps_libm(target, tmp_path):
+    x = np.linspace(-6, 6, 4096)
+    y = tvm.runtime.tensor(np.zeros_like(x))
+    so_path = tmp_path / "erf64.so"
+    _vectorized(target, x.size, "float64", so_path, tvm.tirx.erf)(tvm.runtime.tensor(x), y)
+    assert _imports(so_path, "erf")
+    np.testing.assert_allclose(y.numpy(), [math.erf(v) for v in x], rtol=1e-15, atol=1e-300)
 
 
 def _silu_exp_softmax_model(channels: int, seed: int = 0) -> onnx.ModelProto:
@@ -118,3 +149,44 @@ def test_sigmoid_silu_exp_and_softmax_compile_without_libm_exp_and_match_onnxrun
     result = compare(ours, reference, ["e", "p"], seed=3)
     assert result.passed, result
     assert not _imports(so_path, "expf")
+
+
+def _gelu_model(channels: int, seed: int = 0) -> onnx.ModelProto:
+    """Conv → Erf-GELU (x·0.5·(1 + erf(x/√2))), as PaddlePaddle and PyTorch export it."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("Div", ["c", "sqrt2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+        helper.make_node("Mul", ["c", "a"], ["m"], name="mul"),
+        helper.make_node("Mul", ["m", "half"], ["y"], name="half"),
+    ]
+    return models.make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, channels, 10, 10])],
+        [
+            onnx.numpy_helper.from_array(weight, "W"),
+            onnx.numpy_helper.from_array(np.array(math.sqrt(2), np.float32), "sqrt2"),
+            onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+            onnx.numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        ],
+        name="gelu",
+    )
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
+def test_erf_gelu_compiles_without_libm_erf_and_matches_onnxruntime(
+    layout: str, target, tmp_path: Path
+) -> None:
+    original = _gelu_model(16)
+    ingested = load_model(models.to_bytes(original))
+    feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=5)
+    so_path = compile_untuned(ingested, target, tmp_path, layout)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(a) for a in models.run_onnxruntime(original, feeds)]
+    result = compare(ours, reference, ["y"], seed=5)
+    assert result.passed, result
+    assert not _imports(so_path, "erff")
