@@ -130,11 +130,22 @@ def concat_unaligned() -> onnx.ModelProto:
 
 def concat_mixed_blocks() -> onnx.ModelProto:
     """32 channels (blocks of 16) and 8 (one half block): the 40-channel whole is blocked by 8,
-    so the concat happens in NCHW and the conv after it reads 8-blocks."""
+    so the 32 channels are re-blocked by 8 (blocked to blocked) and the conv after the concat
+    reads 8-blocks."""
     n = Net()
     a, b = n.conv("x", 16, 32), n.conv("x", 16, 8, kernel=1)
     c = n.op("Concat", [a, b], axis=1)
     return n.model(n.conv(c, 40, 32), "concat_mixed_blocks")
+
+
+def concat_half_blocks() -> onnx.ModelProto:
+    """PP-OCRv6's stem: a MaxPool and a conv of 24 channels each (half blocks) concatenated to
+    48 (whole blocks): concatenated by 8 and the whole re-blocked by 16 once."""
+    n = Net(size=16)
+    stem = n.conv("x", 16, 24, stride=2)
+    pooled = n.op("MaxPool", [stem], kernel_shape=[2, 2], strides=[1, 1], pads=[0, 0, 1, 1])
+    c = n.op("Concat", [pooled, n.conv(stem, 24, 24)], axis=1)
+    return n.model(n.conv(c, 48, 32), "concat_half_blocks")
 
 
 def split() -> onnx.ModelProto:
@@ -437,7 +448,10 @@ def unet_decoder() -> onnx.ModelProto:
 CASES: dict[str, Case] = {
     "concat": Case(concat, blocked=3, transforms=2),
     "concat_unaligned": Case(concat_unaligned, blocked=3, transforms=4),
-    "concat_mixed_blocks": Case(concat_mixed_blocks, blocked=3, transforms=5),
+    # the input's, the output's and one 16 → 8 re-blocking of the 32-channel piece
+    "concat_mixed_blocks": Case(concat_mixed_blocks, blocked=3, transforms=3),
+    # the input's, the output's and one 8 → 16 re-blocking of the whole
+    "concat_half_blocks": Case(concat_half_blocks, blocked=3, transforms=3),
     "split": Case(split, blocked=3, transforms=2),
     "split_unaligned": Case(split_unaligned, blocked=3, transforms=4),
     "split_mixed_blocks": Case(split_mixed_blocks, blocked=3, transforms=6),

@@ -246,6 +246,16 @@ def _to_nchw(block: int) -> Callable[..., tuple[Any, ...]]:
     return lambda n, c, h, w, b: (n, c * block + b, h, w)
 
 
+def _reblock(block: int, new_block: int) -> Callable[..., tuple[Any, ...]]:
+    """NCHW{block}c → NCHW{new_block}c, one pass (the channel count is a multiple of both)."""
+
+    def index(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+        channel = c * block + b
+        return (n, channel // new_block, h, w, channel % new_block)
+
+    return index
+
+
 def _block_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray | None:
     """A constant broadcast against an NCHW tensor of ``channels``, rearranged to broadcast
     against its NCHW{x}c form; None if it varies along an axis that cannot be carried."""
@@ -702,15 +712,32 @@ class _BlockingMutator(PyExprMutator):
         if int(call.attrs.axis) % 4 != 1 or block is None:
             return None
         shapes = [_shape(item) for item in tensors.fields]
-        if any(shape is None or self._block(shape[1]) != block for shape in shapes):
-            return None  # 16 + 8 channels: the pieces' blocks differ from the whole's
+        blocks = [None if shape is None else self._block(shape[1]) for shape in shapes]
+        if any(b is None for b in blocks):
+            return None
+        # Pieces of 24 and 24 channels (NCHW8c) make 48 (NCHW16c): concatenated in the
+        # smallest block of all, and the whole re-blocked once, blocked to blocked. Through NCHW
+        # it was three full-resolution transforms: PP-OCRv6's stem concat at 160², 1.7 ms of 28.
+        common = min(block, *(b for b in blocks if b is not None))
         parts = []
         for item in tensors.fields:
             blocked = self._as_blocked(item)
             if blocked is None:
                 return None
-            parts.append(blocked.var)
-        return self._emit_blocked(var, relax.op.concat(parts, axis=1), out_shape[1])
+            parts.append(self._reblocked(blocked.var, blocked.block, common))
+        whole = relax.op.concat(parts, axis=1)
+        if common != block:
+            whole = relax.op.layout_transform(
+                self.builder_.emit(whole, name_hint=f"{var.name}_{common}c"),
+                _reblock(common, block),
+            )
+        return self._emit_blocked(var, whole, out_shape[1])
+
+    def _reblocked(self, value: Expr, block: int, new_block: int) -> Expr:
+        """A blocked ``value`` in NCHW{new_block}c (itself if ``block`` is that already)."""
+        if block == new_block:
+            return value
+        return self.builder_.emit(relax.op.layout_transform(value, _reblock(block, new_block)))
 
     def _split(self, var: relax.Var, call: Call) -> bool | None:
         attrs = call.attrs
