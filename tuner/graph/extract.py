@@ -36,6 +36,7 @@ from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
+from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
 
@@ -190,6 +191,8 @@ def to_relax(
             relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
         )
     )
+    if target is not None:
+        folded, _ = pad_matmul_columns(folded, vector_lanes(target))
     if Precision.parse(precision) is Precision.BF16:
         if target is None:
             notes.append("bf16: every conv stays fp32: bf16 convs need the blocked layout")
@@ -533,6 +536,19 @@ def _winograd_tasks(
     return [task for task in found.values() if task.convs]
 
 
+def _padded_anchors(anchor: _Anchor, desc: dict[str, Any]) -> set[_Anchor]:
+    """The anchors of a Gemm/MatMul whose weight ``matmul_padding.py`` padded to whole vectors
+    (of either width: the pass ran for the target's)."""
+    columns = int(desc.get("N") or 0)
+    if not columns or anchor.outputs % columns:
+        return set()
+    rows = anchor.outputs // columns
+    return {
+        _Anchor(outputs=rows * padded_columns(columns, lanes), reduction=anchor.reduction)
+        for lanes in (8, 16)
+    }
+
+
 def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
     """``layout`` (and why NCHW, when the blocked layout was asked for) of conv2d ``index``."""
     if plan is None or plan.fallback or index >= len(plan.convs):
@@ -597,8 +613,9 @@ def _link_onnx_nodes(
             anchor = _computed_anchor(anchor, plan, conv_index)
         elif node.op_type == "ConvTranspose" and plan is not None:
             desc.update(layout="NCHW", layout_reason="ConvTranspose is compiled NCHW")
+        anchors = {anchor, *_padded_anchors(anchor, desc)}
         for i, (func_name, site_anchor) in enumerate(sites):
-            if not used[i] and site_anchor == anchor:
+            if not used[i] and site_anchor in anchors:
                 used[i] = True
                 task = by_func[func_name]
                 task.kind = ANCHOR_OPS[node.op_type]

@@ -1,0 +1,76 @@
+"""MatMul/Gemm weights padded to whole vectors (tuner/graph/matmul_padding.py): which are, that the
+task keeps its ONNX node, that its tiles can now be vectors, and that the model still computes
+what onnxruntime computes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm_ffi
+
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.graph.matmul_padding import padded_columns
+from convtune.tuner.library import compile_untuned
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.measure.verify import compare
+from convtune.tuner.target import make_target
+from tests import models
+
+AVX512 = "llvm -mcpu=znver4 -num-cores=2"
+
+
+def test_columns_round_up_to_whole_vectors_above_one_vector() -> None:
+    assert padded_columns(18385, 16) == 18400
+    assert padded_columns(18385, 8) == 18392
+    assert padded_columns(37, 16) == 48
+    assert padded_columns(64, 16) == 64  # already whole
+    assert padded_columns(4, 16) == 4  # a narrow head stays narrow
+
+
+def _anchor_columns(task) -> int:
+    """The extent of the matmul block's last spatial axis in the task's TIR."""
+    func = task.mod["main"]
+    extents = []
+
+    def visit(node) -> None:
+        if hasattr(node, "iter_vars") and getattr(node, "init", None) is not None:
+            spatial = [iv for iv in node.iter_vars if int(iv.iter_type) == 0]
+            extents.append(int(spatial[-1].dom.extent))
+
+    tvm_ffi.structural_walk(func.body, (object, visit))
+    return extents[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "columns"),
+    [
+        ("matmul", models.matmul_model(m=5, k=24, n=37), 37),
+        ("gemm", models.gemm_model(m=3, k=20, n=45, trans_b=True), 45),
+    ],
+)
+def test_padded_product_keeps_its_node_and_matches_onnxruntime(
+    name: str, model, columns: int, tmp_path: Path
+) -> None:
+    ingested = load_model(models.to_bytes(model))
+    _, tasks = extract_tasks(ingested, make_target(AVX512))
+    (task,) = [t for t in tasks if t.kind in ("matmul", "gemm")]
+    assert task.onnx_nodes == [f"{name}0"]
+    assert task.description["N"] == columns  # the node as the user wrote it
+    assert _anchor_columns(task) == padded_columns(columns, 16)
+
+    feeds = models.random_inputs(model, seed=4)
+    ours = Artifact.load(compile_untuned(ingested, make_target(), tmp_path), ["x"]).run(feeds)
+    reference = [np.asarray(r) for r in models.run_onnxruntime(model, feeds)]
+    assert ours[0].shape == reference[0].shape
+    result = compare(ours, reference, ["y"], seed=4)
+    assert result.passed, result
+
+
+def test_whole_vector_columns_are_left_alone() -> None:
+    ingested = load_model(models.to_bytes(models.matmul_model(m=5, k=24, n=32)))
+    _, tasks = extract_tasks(ingested, make_target(AVX512))
+    (task,) = [t for t in tasks if t.kind == "matmul"]
+    assert _anchor_columns(task) == 32
