@@ -12,6 +12,7 @@ import tvm
 
 from . import fast_math
 from .bf16_dot import LinkDpbf16ps
+from .denormals import FlushDenormals
 from .prefetch import InjectPrefetch
 from .stack_locals import KeepLocalsOnStack
 
@@ -21,7 +22,7 @@ PIPELINE = "s_tir"
 #: allocations into workspace calls, so ``KeepLocalsOnStack`` must come before them).
 #: ``LinkDpbf16ps`` must follow TVM's bf16 legalization (in its pipeline), which would rewrite
 #: the wrapper's operands.
-PASSES = (InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps)
+PASSES = (InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals)
 
 _installed = False
 
