@@ -30,6 +30,7 @@ from convtune.schedules.ops.dot_conv import BF16
 
 from .conv_kinds import dot_refusal
 from .conv_rewrites import ConvRewrites
+from .rewrite import rewrite_functions
 
 _CONV2D = Op.get("relax.nn.conv2d")
 
@@ -93,10 +94,7 @@ def bf16_convs(mod: IRModule, lanes: int, bf16: bool) -> tuple[IRModule, Bf16Con
     if not bf16:
         return mod, Bf16Convs(refused="the CPU has no AVX-512 BF16")
     rewriter = _Bf16ConvMutator(mod, lanes)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), rewriter.result
+    return rewrite_functions(rewriter, mod), rewriter.result
 
 
 def round_to_bf16(values: np.ndarray) -> np.ndarray:

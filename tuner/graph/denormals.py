@@ -24,6 +24,8 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .rewrite import rewrite_functions
+
 #: Floating-point dtypes whose denormals are flushed; a bf16 weight shares fp32's exponent range.
 _FLOATS = {"float32": np.float32, "float64": np.float64}
 
@@ -59,9 +61,5 @@ def flush_denormal_constants(mod: IRModule) -> tuple[IRModule, int]:
     """``mod`` with the denormals of its floating-point constants flushed to zero, and how many
     values changed (``mod`` itself when none did)."""
     flusher = _DenormalFlusher(mod)
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            flusher.builder_.update_func(gvar, flusher.visit_expr(func))
-    if not flusher.flushed:
-        return mod, 0
-    return flusher.builder_.get(), flusher.flushed
+    flushed = rewrite_functions(flusher, mod)
+    return (flushed, flusher.flushed) if flusher.flushed else (mod, 0)

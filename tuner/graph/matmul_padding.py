@@ -19,6 +19,8 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .rewrite import rewrite_functions
+
 _MATMUL = Op.get("relax.matmul")
 
 
@@ -61,9 +63,5 @@ def pad_matmul_columns(mod: IRModule, lanes: int) -> tuple[IRModule, int]:
     """``mod`` (after constant folding) with each constant-weight fp32 MatMul padded to whole
     vectors of ``lanes`` columns, and how many were."""
     padder = _MatmulPadder(mod, lanes)
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            padder.builder_.update_func(gvar, padder.visit_expr(func))
-    if not padder.padded:
-        return mod, 0
-    return padder.builder_.get(), padder.padded
+    padded = rewrite_functions(padder, mod)
+    return (padded, padder.padded) if padder.padded else (mod, 0)

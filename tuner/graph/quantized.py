@@ -35,6 +35,7 @@ from convtune.schedules.ops.int8 import zero_point_correction
 
 from .conv_kinds import dot_refusal
 from .conv_rewrites import ConvRewrites
+from .rewrite import rewrite_functions
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _DEQUANTIZE = Op.get("relax.dequantize")
@@ -153,10 +154,7 @@ def integer_convs(mod: IRModule, lanes: int, vnni: bool) -> tuple[IRModule, Inte
     """``mod`` (as TVM's ONNX frontend made it, before constant folding) with its QDQ convs as
     integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so."""
     mutator_ = _IntegerConvMutator(mod, lanes, vnni)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            mutator_.builder_.update_func(gv, mutator_.visit_expr(func))
-    out = relax.transform.DeadCodeElimination()(mutator_.builder_.get())
+    out = relax.transform.DeadCodeElimination()(rewrite_functions(mutator_, mod))
     return out, mutator_.result
 
 
@@ -184,8 +182,4 @@ def singleton_qparams(mod: IRModule) -> IRModule:
     QDQ had 59 tasks. A one-element tensor is a kernel argument (read as ``scale[0]``), and convs
     of the same shape and epilogue are one task again (35).
     """
-    rewriter = _SingletonQParams(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
+    return rewrite_functions(_SingletonQParams(mod), mod)
