@@ -385,9 +385,13 @@ def model_for_target(
     The blocked layout never fails a model: a conv whose rewrite fails is retried in NCHW, any
     other failure of the pass compiles the whole model NCHW; ``fallbacks`` says which and why.
     """
-    laid_out = _laid_out(ingested, target, layout, winograd_tiles, precision)
-    mod, flushed = flush_denormal_constants(laid_out.mod)
-    return replace(laid_out, mod=mod, denormals_flushed=laid_out.denormals_flushed + flushed)
+    return _without_denormals(_laid_out(ingested, target, layout, winograd_tiles, precision))
+
+
+def _without_denormals(relax_model: RelaxModel) -> RelaxModel:
+    """``relax_model`` with its denormal weights set to zero and counted (``denormals.py``)."""
+    mod, flushed = flush_denormal_constants(relax_model.mod)
+    return replace(relax_model, mod=mod, denormals_flushed=flushed)
 
 
 def _laid_out(
@@ -426,12 +430,11 @@ def nchw_fallback(relax_model: RelaxModel, fallbacks: list[str], why: str) -> Re
     """The whole model in plain NCHW, with the reason recorded for the user."""
     message = f"whole model compiled in NCHW: {why}"
     plan = LayoutPlan(lanes=0, fallback=message)
-    mod, flushed = flush_denormal_constants(relax_model.mod)
     return RelaxModel(
-        mod=mod,
+        mod=relax_model.mod,
         plan=plan,
         fallbacks=(*fallbacks, message),
-        denormals_flushed=relax_model.denormals_flushed + flushed,
+        denormals_flushed=relax_model.denormals_flushed,
     )
 
 
@@ -456,7 +459,7 @@ def extract_tasks(
         if relax_model.plan is None or relax_model.plan.fallback:
             raise _compile_error("task extraction", exc) from None
         relax_model = nchw_fallback(
-            to_relax(ingested),
+            _without_denormals(to_relax(ingested)),
             list(relax_model.fallbacks),
             f"task extraction of the blocked model failed: {error_line(exc)}",
         )

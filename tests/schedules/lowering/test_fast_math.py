@@ -110,6 +110,21 @@ def test_fp64_erf_keeps_libm(target, tmp_path):
     np.testing.assert_allclose(y.numpy(), [math.erf(v) for v in x], rtol=1e-15, atol=1e-300)
 
 
+def _built_as_onnxruntime_computes(
+    original: onnx.ModelProto, outputs: list[str], layout: str, target, tmp_path: Path, seed: int
+) -> Path:
+    """``original`` compiled untuned in ``layout``; asserts its ``outputs`` match onnxruntime's
+    on seeded inputs and returns the library's path."""
+    ingested = load_model(models.to_bytes(original))
+    feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=seed)
+    so_path = compile_untuned(ingested, target, tmp_path, layout)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(a) for a in models.run_onnxruntime(original, feeds)]
+    result = compare(ours, reference, outputs, seed=seed)
+    assert result.passed, result
+    return so_path
+
+
 def _silu_exp_softmax_model(channels: int, seed: int = 0) -> onnx.ModelProto:
     """Conv → SiLU (x·Sigmoid x) → Exp of a scaled copy, and a Softmax head over channels."""
     rng = np.random.default_rng(seed)
@@ -139,15 +154,9 @@ def _silu_exp_softmax_model(channels: int, seed: int = 0) -> onnx.ModelProto:
 def test_sigmoid_silu_exp_and_softmax_compile_without_libm_exp_and_match_onnxruntime(
     layout: str, target, tmp_path: Path
 ) -> None:
-    channels = 16
-    original = _silu_exp_softmax_model(channels)
-    ingested = load_model(models.to_bytes(original))
-    feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=3)
-    so_path = compile_untuned(ingested, target, tmp_path, layout)
-    ours = Artifact.load(so_path, ["x"]).run(feeds)
-    reference = [np.asarray(a) for a in models.run_onnxruntime(original, feeds)]
-    result = compare(ours, reference, ["e", "p"], seed=3)
-    assert result.passed, result
+    so_path = _built_as_onnxruntime_computes(
+        _silu_exp_softmax_model(16), ["e", "p"], layout, target, tmp_path, seed=3
+    )
     assert not _imports(so_path, "expf")
 
 
@@ -181,12 +190,7 @@ def _gelu_model(channels: int, seed: int = 0) -> onnx.ModelProto:
 def test_erf_gelu_compiles_without_libm_erf_and_matches_onnxruntime(
     layout: str, target, tmp_path: Path
 ) -> None:
-    original = _gelu_model(16)
-    ingested = load_model(models.to_bytes(original))
-    feeds = models.random_inputs(original, {s.name: s.shape for s in ingested.inputs}, seed=5)
-    so_path = compile_untuned(ingested, target, tmp_path, layout)
-    ours = Artifact.load(so_path, ["x"]).run(feeds)
-    reference = [np.asarray(a) for a in models.run_onnxruntime(original, feeds)]
-    result = compare(ours, reference, ["y"], seed=5)
-    assert result.passed, result
+    so_path = _built_as_onnxruntime_computes(
+        _gelu_model(16), ["y"], layout, target, tmp_path, seed=5
+    )
     assert not _imports(so_path, "erff")
