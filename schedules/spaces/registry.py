@@ -21,6 +21,7 @@ from .int8_vnni import Int8VnniConvSpace
 from .nchwc_kblock import ReductionBlockedConvSpace
 from .nchwc_regblock import RegisterBlockedConvSpace
 from .nchwc_regblock2d import RegisterBlock2DConvSpace
+from .row_reduction import RowReductionSpace
 from .stem_nchw_nchwc import StemConvSpace
 from .winograd_nchwc import WinogradConvSpace
 
@@ -32,6 +33,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     DepthwiseConvSpace(),
     StemConvSpace(),
     BlockedPoolSpace(),
+    RowReductionSpace(),
     WinogradConvSpace(),
     Int8VnniConvSpace(),
     Bf16DotConvSpace(),
