@@ -329,6 +329,25 @@ def depth_to_space(mode: str) -> Callable[[], onnx.ModelProto]:
     return build
 
 
+def depth_to_space_half_blocks() -> onnx.ModelProto:
+    """A DCR shuffle to 24 channels from a 96-channel NCHW16c conv (PP-OCR det's head): 24 is
+    no whole number of 16-lane blocks, so the source is re-blocked to 8 lanes at the low
+    resolution and the shuffle moves 8-lane vectors; before, it ran NCHW (two transforms)."""
+    n = Net()
+    a = n.conv("x", 16, 96, kernel=1)
+    up = n.op("DepthToSpace", [a], blocksize=2, mode="DCR")
+    return n.model(n.conv(up, 24, 16), "depth_to_space_half_blocks")
+
+
+def pad_between_convs() -> onnx.ModelProto:
+    """ONNX Pad of the rows and columns (bottom and right by 1, PP-OCRv6's stem) between
+    blocked convs: the frontend emits it as TOPI's pad, read back and carried blocked."""
+    n = Net()
+    a = n.conv("x", 16, 16)
+    padded = n.op("Pad", [a, n.const(_ints([0, 0, 0, 0, 0, 0, 1, 1]))])
+    return n.model(n.conv(padded, 16, 16, kernel=2), "pad_between_convs")
+
+
 def depth_to_space_side_use() -> onnx.ModelProto:
     """A DCR shuffle whose permuted 6-D tensor is also read by another op: that reader gets it
     back unblocked, the shuffle itself stays blocked."""
@@ -484,9 +503,13 @@ CASES: dict[str, Case] = {
     # input in, output out, and the side reader's unblocked copy (no layout_transform: a
     # permute and a reshape)
     "depth_to_space_side_use": Case(depth_to_space_side_use, blocked=2, transforms=2),
-    # The decomposition's (output, mean, variance) tuple still stops the island: canonicalizing
-    # the bindings fixed this but broke ShuffleNet's channel shuffle on AVX2 (9 -> 33 transforms)
-    "batchnorm_after_add": Case(batchnorm_after_add, blocked=3, transforms=4),
+    # input in, output out, and the 96-channel source re-blocked 16 -> 8 lanes at 8x8
+    "depth_to_space_half_blocks": Case(depth_to_space_half_blocks, blocked=2, transforms=3),
+    "pad_between_convs": Case(pad_between_convs, blocked=2, transforms=2),
+    # The decomposition's (output, mean, variance)[0] is read as the blocked output itself:
+    # input in, output out (canonicalizing the bindings instead broke ShuffleNet's channel
+    # shuffle on AVX2, 9 -> 33 transforms)
+    "batchnorm_after_add": Case(batchnorm_after_add, blocked=3, transforms=2),
     "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=2, transforms=4),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own

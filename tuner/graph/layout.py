@@ -59,6 +59,7 @@ from convtune.schedules.ops.isa import vector_lanes
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .pixel_shuffle import DCR_AXES, Shuffle
+from .topi_pad import constant_pad
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
@@ -297,6 +298,8 @@ class _BlockingMutator(PyExprMutator):
         # old var of a depth-to-space's intermediate -> its blocked value, the shuffle, and
         # whether it is past the permutation
         self.shuffled: dict[relax.Var, tuple[relax.Var, Shuffle, bool]] = {}
+        # old var bound to a tuple literal -> its blocked fields by index
+        self.tuple_fields: dict[relax.Var, dict[int, _Blocked]] = {}
         self.nchw_cache: dict[relax.Var, relax.Var] = {}
         self.block_cache: dict[relax.Var, relax.Var] = {}
         self.conv_count = 0
@@ -402,12 +405,31 @@ class _BlockingMutator(PyExprMutator):
             new = self.builder_.emit(relax.TupleGetItem(tup, value.index), name_hint=var.name)
             self.blocked[var] = self._held(new, channels[value.index])
             return
+        if isinstance(var, relax.DataflowVar) and isinstance(value, relax.Tuple):
+            fields = {
+                index: self.blocked[field]
+                for index, field in enumerate(value.fields)
+                if isinstance(field, relax.Var) and field in self.blocked
+            }
+            if fields:
+                self.tuple_fields[var] = fields
+        if (
+            isinstance(var, relax.DataflowVar)
+            and isinstance(value, relax.TupleGetItem)
+            and value.index in self.tuple_fields.get(value.tuple_value, {})
+        ):
+            # The field of a tuple built here is the blocked tensor itself: a BatchNorm's
+            # decomposition leaves (output, mean, variance)[0], and its output went to NCHW
+            # and back (PP-OCR det's head BN at 160², 24 channels: 0.19 + 0.25 ms on Zen 5).
+            # The tuple, used by nothing else, leaves with the dead code.
+            self.blocked[var] = self.tuple_fields[value.tuple_value][value.index]
+            return
         super().visit_var_binding_(binding)
 
     def _rewrite_call(self, var: relax.Var, call: Call) -> bool | None:
         name = call.op.name
         if name == "relax.call_tir":
-            return self._scalar_call_tir(var, call)
+            return self._scalar_call_tir(var, call) or self._pad_call_tir(var, call)
         if name == "relax.nn.conv2d":
             return self._conv2d(var, call)
         if not any(
@@ -545,6 +567,26 @@ class _BlockingMutator(PyExprMutator):
         output = dataflow and not isinstance(var, relax.DataflowVar)
         emit = self.builder_.emit_output if output else self.builder_.emit
         self.set_var_remap(var, emit(expr, name_hint=var.name))
+
+    def _pad_call_tir(self, var: relax.Var, call: Call) -> bool | None:
+        """``call_tir(pad, (x,))``: the frontend's constant Pad (``topi_pad``); padding only
+        rows and columns, it carries the blocked layout as ``relax.nn.pad``."""
+        func, args = call.args[0], call.args[1]
+        if not isinstance(func, tvm.ir.GlobalVar) or not isinstance(args, relax.Tuple):
+            return None
+        if len(args.fields) != 1 or not isinstance(args.fields[0], relax.Var):
+            return None
+        src = self.blocked.get(args.fields[0])
+        prim = self.builder_.get()[func]
+        pad = constant_pad(prim) if isinstance(prim, tvm.tirx.PrimFunc) else None
+        if src is None or pad is None or len(pad.before) != 4:
+            return None
+        if any(pad.before[:2] + pad.after[:2]):  # batch or channels
+            return None
+        (_, _, top, left), (_, _, bottom, right) = pad.before, pad.after
+        widths = [0, 0, 0, 0, top, bottom, left, right, 0, 0]
+        expr = relax.op.nn.pad(src.var, widths, "constant", pad.value)
+        return self._emit_blocked(var, expr, src.channels)
 
     def _carry(self, var: relax.Var, call: Call, name: str) -> bool | None:
         """Emit ``call`` on blocked operands if its op can carry the layout; None otherwise."""
@@ -686,10 +728,23 @@ class _BlockingMutator(PyExprMutator):
             in_shape = _shape(src)
             if call.op.name != "relax.reshape" or in_shape is None:
                 return None
-            shuffle = Shuffle.of_split(in_shape, held.block, out_shape)
+            # C not a whole number of the source's blocks (PP-OCR's 24-channel head from a
+            # 96-channel NCHW16c conv): re-blocked at the low resolution in the shuffle's own
+            # fused pass. Through NCHW it was a transform to NCHW at 80², the shuffle, and one
+            # back to NCHW8c at 160²: 0.10 + 0.30 + 0.25 ms of PP-OCRv5 det's 4.65 (Zen 5).
+            shuffle = next(
+                (
+                    found
+                    for block in channel_blocks(self.lanes)
+                    if block <= held.block
+                    and (found := Shuffle.of_split(in_shape, block, out_shape)) is not None
+                ),
+                None,
+            )
             if shuffle is None:
                 return None
-            new = self.builder_.emit(shuffle.split(held.var), name_hint=var.name)
+            source = self._reblocked(held.var, held.block, shuffle.block)
+            new = self.builder_.emit(shuffle.split(source), name_hint=var.name)
             self.shuffled[var] = (new, shuffle, False)
             return True
         value, shuffle, moved = self.shuffled[src]
@@ -714,6 +769,11 @@ class _BlockingMutator(PyExprMutator):
         shapes = [_shape(item) for item in tensors.fields]
         blocks = [None if shape is None else self._block(shape[1]) for shape in shapes]
         if any(b is None for b in blocks):
+            return None
+        if not all(isinstance(item, relax.Var) and item in self.blocked for item in tensors.fields):
+            # A piece held in NCHW would be blocked for the concat, and the whole, read by NCHW
+            # ops, unblocked again: ShuffleNet's branch concats became 34 islands of transforms
+            # once its stem's BatchNorm stayed blocked. Concatenated in NCHW instead.
             return None
         # Pieces of 24 and 24 channels (NCHW8c) make 48 (NCHW16c): concatenated in the
         # smallest block of all, and the whole re-blocked once, blocked to blocked. Through NCHW
