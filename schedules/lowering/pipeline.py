@@ -13,6 +13,7 @@ import tvm
 from . import fast_math
 from .bf16_dot import LinkDpbf16ps
 from .denormals import FlushDenormals
+from .peel_tails import NarrowPeeledLoops
 from .prefetch import InjectPrefetch
 from .stack_locals import KeepLocalsOnStack
 
@@ -23,6 +24,8 @@ PIPELINE = "s_tir"
 #: ``LinkDpbf16ps`` must follow TVM's bf16 legalization (in its pipeline), which would rewrite
 #: the wrapper's operands.
 PASSES = (InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals)
+#: Our passes before TVM's pipeline, on the scheduled functions.
+PRE_PASSES = (NarrowPeeledLoops,)
 
 _installed = False
 
@@ -37,7 +40,7 @@ def _install_passes() -> None:
 
     def pipeline(**kwargs: Any) -> Any:
         passes, host, device = tvm_default(**kwargs)
-        return tvm.transform.Sequential([passes, *PASSES]), host, device
+        return tvm.transform.Sequential([*PRE_PASSES, passes, *PASSES]), host, device
 
     compilation_pipeline.register_tir_pipeline(PIPELINE, pipeline)
     _installed = True

@@ -18,6 +18,7 @@ from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
 from .int8_vnni import Int8VnniConvSpace
+from .matmul_regblock import MatmulSpace
 from .nchwc_kblock import ReductionBlockedConvSpace
 from .nchwc_regblock import RegisterBlockedConvSpace
 from .nchwc_regblock2d import RegisterBlock2DConvSpace
@@ -34,6 +35,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     StemConvSpace(),
     BlockedPoolSpace(),
     RowReductionSpace(),
+    MatmulSpace(),
     WinogradConvSpace(),
     Int8VnniConvSpace(),
     Bf16DotConvSpace(),

@@ -33,13 +33,14 @@ from typing import ClassVar
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
-from tvm.s_tir.schedule import ExprRV, SBlockRV
+from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
 from tvm.tirx import Var
 from tvm.tirx.analysis import undefined_vars
 
-from ..ops.annotations import mark_space
+from ..ops.annotations import PEEL_TAIL, mark_space
 from ..ops.isa import vector_lanes
+from ..ops.rows import parallel_rows, sample_width
 from .base import ScheduleSpace
 
 SPACE_NAME = "row-reduce"
@@ -47,11 +48,6 @@ _SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduct
 #: Vector accumulators per reduction the search chooses from: one is a latency chain (a max
 #: or add per vector and row), more break it at the cost of a longer horizontal tail.
 ACCUMULATOR_VECTORS = (1, 2, 4)
-#: TVM's LoopPartition peels the iterations of a loop with this annotation where a condition
-#: inside it is not always true: the last, partial vector of a row. Vectorized with the
-#: condition, the whole loop was scalarized (Softmax over 18384 classes, its Σ exp in 64-lane
-#: accumulators: 0.92 ms against 0.25 for 18432).
-PEEL_TAIL = "pragma_loop_partition_hint"
 #: Output vectors per iteration of the output block's loop.
 OUTPUT_VECTORS = (1, 2, 4)
 #: The shortest row worth vector accumulators: four AVX-512 vectors (YOLO's 16-bin DFL
@@ -128,17 +124,7 @@ def schedule_rows(sch: Schedule, lanes: int) -> None:
     for block in reductions:
         _factor(sch, block, lanes)
     if str(sch.get(output).name_hint) not in names:
-        *rows, last = sch.get_loops(output)
-        if int(sch.get(last).extent) < lanes:  # a mean's division: one value per row
-            loops = sch.get_loops(output)
-            sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
-            return
-        width = _sample_width(sch, OUTPUT_VECTORS, lanes)
-        outer, inner = sch.split(last, [None, width])
-        sch.annotate(outer, PEEL_TAIL, 1)
-        sch.vectorize(inner)
-        if rows:
-            sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
+        parallel_rows(sch, output, lanes, OUTPUT_VECTORS)
 
 
 def _factor(sch: Schedule, block: SBlockRV, lanes: int) -> None:
@@ -152,7 +138,7 @@ def _factor(sch: Schedule, block: SBlockRV, lanes: int) -> None:
     accumulators read past the row and returned NaN), and ``rfactor`` refuses a block under a
     loop it shares with others."""
     *rows, k = sch.get_loops(block)
-    width = _sample_width(sch, ACCUMULATOR_VECTORS, lanes)
+    width = sample_width(sch, ACCUMULATOR_VECTORS, lanes)
     outer, lanes_loop = sch.split(k, [None, width])
     sch.annotate(outer, PEEL_TAIL, 1)
     rfactor = sch.rfactor(lanes_loop, len(rows))
@@ -166,13 +152,6 @@ def _factor(sch: Schedule, block: SBlockRV, lanes: int) -> None:
     # #2"), so Softmax's Σ exp failed MetaSchedule's RewriteReductionBlock whenever neither
     # width divided the row.
     sch.decompose_reduction(rfactor, loops[-2])
-
-
-def _sample_width(sch: Schedule, vectors: tuple[int, ...], lanes: int) -> ExprRV:
-    """A loop width of ``v`` vectors, ``v`` drawn from ``vectors``: a decision whose value is
-    the width itself (a trace with ``v · lanes`` in it does not serialize to JSON)."""
-    widths = [v * lanes for v in vectors]
-    return sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths))
 
 
 def row_sketches(sch: Schedule, lanes: int) -> list[Schedule]:

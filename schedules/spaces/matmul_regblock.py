@@ -1,0 +1,165 @@
+"""MatMul and Gemm tasks whose right operand is read ``B[k, j]``: a register block of
+output rows × vectors of output columns, the columns' weights kept in L1 while every row
+streams past them.
+
+The generic space tiles such a task by MetaSchedule's multi-level rule, and found no good
+schedule for the OCR recognisers' class heads: PP-OCRv5's 40×120 by 120×18400 MatMul (the
+18385 classes padded to whole vectors, ``matmul_padding``) took 1.69 ms on a Xeon VM against
+onnxruntime's 1.15, where its 8.8 MB of weights stream from memory in 0.3 ms and its 177
+MFLOP take 0.36 at peak. Here::
+
+    for j_outer in parallel:                 # v vectors of lanes of output columns
+        for i_outer:                         # r rows of output
+            acc[r, v·lanes] = 0
+            for k:
+                w[c] = B[k, j_outer·v·lanes + c·lanes : +lanes]           for c < v
+                for row < r, c < v:          # unrolled
+                    acc[row, c] += broadcast(A[i_outer·r + row, k]) * w[c]
+            C[rows, columns] = epilogue(acc)
+
+``v`` is one design space per count of vectors dividing the columns (1 to 6), ``r`` a sampled
+tile (``r·v`` ≤ the accumulator registers). The weights of one ``j_outer`` (K × v·lanes)
+stay in L1 across the rows, so they are read from memory once. The epilogue (bias,
+activation) runs on the accumulators; one that slices padded columns away runs after, rows in
+parallel (``ops/rows.py``).
+
+A task qualifies by its TIR (:func:`matmul_block`): one reduction block over (batch…, i, j, k)
+reading ``A[…, i, k]`` and ``B[…, k, j]``, nothing before it, elementwise blocks after, and
+whole vectors of columns.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import ClassVar
+
+from tvm.ir import IRModule
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
+from tvm.s_tir.schedule import SBlockRV
+from tvm.target import Target
+
+from ..ops.annotations import mark_space
+from ..ops.epilogue import inline_into_last
+from ..ops.isa import accumulator_limit, vector_lanes
+from ..ops.nchwc import accumulate_locally, design_copies, epilogue_at
+from ..ops.rows import parallel_rows
+from .base import ScheduleSpace
+
+SPACE_NAME = "matmul-regblock"
+_SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduction
+#: Vectors of output columns per register block, one design space each (those dividing the
+#: columns); with ``r`` rows they make ``r·v`` of the accumulator registers, and ``v`` weight
+#: vectors plus a broadcast must fit beside them.
+COLUMN_VECTORS = (1, 2, 3, 4, 5, 6)
+
+
+def matmul_block(sch: Schedule) -> tuple[SBlockRV, list[SBlockRV]] | None:
+    """The task's matmul block and the elementwise blocks after it, if it is the first block,
+    reduces (batch…, i, j) over k reading ``A[…, i, k]`` and ``B[…, k, j]``, and every other
+    block is elementwise; else None."""
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    if not blocks:
+        return None
+    first = sch.get(blocks[0])
+    kinds = [int(iv.iter_type) for iv in first.iter_vars]
+    if len(kinds) < 3 or kinds != [_SPATIAL] * (len(kinds) - 1) + [_REDUCE]:
+        return None
+    if any(int(iv.iter_type) != _SPATIAL for b in blocks[1:] for iv in sch.get(b).iter_vars):
+        return None
+    i, j, k = (iv.var for iv in first.iter_vars[-3:])
+    if len(first.reads) != 2 or len(first.writes) != 1:
+        return None
+    a, b = (region.region for region in first.reads)
+    (c,) = (region.region for region in first.writes)
+    if not (_ends_with(a, i, k) and _ends_with(b, k, j) and _ends_with(c, i, j)):
+        return None
+    return blocks[0], blocks[1:]
+
+
+def _ends_with(region: list, outer: object, inner: object) -> bool:
+    return (
+        len(region) >= 2
+        and region[-2].min.same_as(outer)
+        and region[-1].min.same_as(inner)
+        and all(int(r.extent) == 1 for r in region)
+    )
+
+
+def _columns(mod: IRModule) -> int | None:
+    """The output columns (``j``'s extent) of the task's matmul block; None if it has none."""
+    sch = Schedule(mod)
+    found = matmul_block(sch)
+    return None if found is None else int(sch.get(found[0]).iter_vars[-2].dom.extent)
+
+
+def vector_width(mod: IRModule, lanes: int) -> int | None:
+    """The vector (``lanes``, or half of it if that is still 8 lanes) whose whole number the
+    task's output columns are, widest first; None if neither divides them or the task is no
+    MatMul."""
+    columns = _columns(mod)
+    if columns is None:
+        return None
+    return next((w for w in (lanes, lanes // 2) if w >= 8 and columns % w == 0), None)
+
+
+def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> None:
+    """The register-blocked schedule of the module docstring with ``vectors`` column vectors
+    (in place)."""
+    found = matmul_block(sch)
+    assert found is not None, "the space applies to MatMul tasks only"
+    matmul, after = found
+    mark_space(sch, matmul, SPACE_NAME)
+    output = inline_into_last(sch, after)
+    *batch, i, j, k = sch.get_loops(matmul)
+    j_outer, j_in, lane = sch.split(j, [None, vectors, lanes])
+    rows = sch.sample_perfect_tile(i, n=2, max_innermost_factor=max(1, max_block // vectors))
+    i_outer, i_in = sch.split(i, rows)
+    sch.reorder(*batch, j_outer, i_outer, k, i_in, j_in, lane)
+    sch.parallel(sch.fuse(*batch, j_outer) if batch else j_outer)
+    sch.unroll(i_in)
+    sch.unroll(j_in)
+    sch.vectorize(lane)
+    accumulate_locally(sch, matmul, i_outer)
+    if output is not None:
+        produced = [int(d) for d in sch.get(matmul).writes[0].source.shape]
+        written = [int(d) for d in sch.get(output).writes[0].source.shape]
+        if produced == written:
+            epilogue_at(sch, output, i_outer)
+        else:  # the padded columns sliced away: the tiles' tail would not vectorize
+            parallel_rows(sch, output, lanes)
+    sch.decompose_reduction(matmul, k)
+
+
+def design_spaces(sch: Schedule, lanes: int, max_block: int) -> list[Schedule]:
+    """One design space per count of column vectors dividing the columns, in the widest
+    vector that divides them (half a zmm register, a ymm, for 120 or 360 columns)."""
+    width = vector_width(sch.mod, lanes)
+    columns = _columns(sch.mod)
+    assert width is not None and columns is not None, "the space applies to MatMul tasks only"
+    vectors = [v for v in COLUMN_VECTORS if (columns // width) % v == 0]
+    return design_copies(sch, vectors, lambda copy, v: schedule_matmul(copy, v, width, max_block))
+
+
+class MatmulSpace(ScheduleSpace):
+    """MatMul and Gemm tasks: the register block above, one design space per column-vector
+    count, rows sampled; searched alone first, then in the union with the generic space."""
+
+    name: ClassVar[str] = SPACE_NAME
+    seed_trials: ClassVar[int] = 8
+
+    def applies_to(self, mod: IRModule) -> bool:
+        # Whole 8-lane vectors, which every target here has (half a register on AVX-512).
+        return vector_width(mod, 16) is not None
+
+    def generator(self, target: Target) -> SpaceGenerator:
+        return ScheduleFn(
+            partial(
+                design_spaces,
+                lanes=vector_lanes(target),
+                max_block=accumulator_limit(target),
+            ),
+            sch_rules=[],
+            postprocs="llvm",
+            mutator_probs="llvm",
+        )

@@ -1,0 +1,114 @@
+"""The MatMul space: which tasks it takes (MatMul and Gemm with ``B[k, j]``, batched or not,
+columns padded and sliced or whole), and that every design computes what the unscheduled TIR
+does, through MetaSchedule's postprocessors as the search builds it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from convtune.schedules.ops.isa import accumulator_limit, vector_lanes
+from convtune.schedules.spaces.matmul_regblock import SPACE_NAME, MatmulSpace, design_spaces
+from convtune.schedules.spaces.registry import applicable, space_of
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.target import make_target
+from tests import models
+from tests.schedules.kernels import assert_close, random_args, run
+
+
+def _heads(seed: int = 0) -> onnx.ModelProto:
+    """A recogniser's heads: a class MatMul to 300 columns (padded to whole vectors and sliced
+    back), a MatMul to 120 (whole 8-lane vectors only), a Gemm to 48 with ReLU, an attention
+    product of two activations (batched, no constant), and a conv beside them."""
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    inits = [
+        numpy_helper.from_array(weight(120, 300), "W"),
+        numpy_helper.from_array(weight(300), "bias"),
+        numpy_helper.from_array(weight(120, 120), "V"),
+        numpy_helper.from_array(weight(48, 120), "G"),
+        numpy_helper.from_array(weight(48), "gbias"),
+        numpy_helper.from_array(weight(8, 3, 3, 3), "K"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["logits"], name="classes"),
+        helper.make_node("Add", ["logits", "bias"], ["scores"]),
+        helper.make_node("MatMul", ["x", "V"], ["values"], name="values"),
+        helper.make_node("Transpose", ["values"], ["keys"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["values", "keys"], ["attention"], name="attention"),
+        helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "G", "gbias"], ["g"], name="gemm", transB=1),
+        helper.make_node("Relu", ["g"], ["gemm_out"]),
+        helper.make_node("Conv", ["image", "K"], ["features"], name="conv", pads=[1, 1, 1, 1]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([40, 120], np.int64), "flat_shape"))
+    return models.make_model(
+        nodes,
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40, 120]),
+            helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 8, 8]),
+        ],
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 40, 300]),
+            helper.make_tensor_value_info("attention", TensorProto.FLOAT, [1, 40, 40]),
+            helper.make_tensor_value_info("gemm_out", TensorProto.FLOAT, [40, 48]),
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 8, 8, 8]),
+        ],
+        inits,
+        name="heads",
+        opset=17,
+    )
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list:
+    _, found = extract_tasks(load_model(models.to_bytes(_heads())), make_target(None), "nchwc")
+    return found
+
+
+def test_the_space_takes_matmuls_and_nothing_else(tasks: list) -> None:
+    taken = {task.name: task for task in tasks if MatmulSpace().applies_to(task.mod)}
+    # The class MatMul (300 columns padded to whole vectors, sliced back), the 120-column one
+    # (padded too), the Gemm with its ReLU, and the attention product of two activations.
+    assert len(taken) == 4, sorted(taken)
+    assert sum("strided_slice" in name for name in taken) == 2, sorted(taken)
+    assert sum("relu" in name for name in taken) == 1, sorted(taken)
+    assert not any(task.kind == "conv" for task in taken.values())
+    assert any(task.kind == "conv" for task in tasks)
+
+
+def test_every_design_equals_the_unscheduled_kernel(tasks: list) -> None:
+    target = make_target(None)
+    lanes, limit = vector_lanes(target), accumulator_limit(target)
+    designs = 0
+    for task in [t for t in tasks if MatmulSpace().applies_to(t.mod)]:
+        assert SPACE_NAME in [space.name for space in applicable(task.mod)]
+        args = random_args(task.mod)
+        reference = run(task.mod, args)
+        for seed in (1, 2):
+            for sch in design_spaces(s_tir.Schedule(task.mod, seed=seed), lanes, limit):
+                assert space_of(str(sch.trace.as_json())) == SPACE_NAME
+                assert_close(run(sch.mod, args), reference)
+                designs += 1
+    assert designs >= 12
+
+
+def test_the_generated_designs_pass_metaschedules_postprocessors(tasks: list) -> None:
+    target = make_target(None)
+    for task in [t for t in tasks if MatmulSpace().applies_to(t.mod)]:
+        generator = MatmulSpace().generator(target)
+        context = ms.TuneContext(
+            mod=task.mod, target=target, space_generator=generator, task_name=task.name
+        )
+        for design in context.generate_design_space():
+            assert all(postproc.apply(design) for postproc in generator.postprocs), task.name
+            args = random_args(task.mod)
+            assert_close(run(design.mod, args), run(task.mod, args))
