@@ -43,8 +43,9 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         _init("w_3x3", _weights(rng, (32, 32, 3, 3))),
         _init("w_wide", _weights(rng, (512, 32, 1, 1))),
         _init("w_narrow", _weights(rng, (32, 512, 1, 1))),
-        _init("w_fc", _weights(rng, (10, 32))),
-        _init("b_fc", np.zeros(10, np.float32)),
+        # 64 classes: whole vectors for the MatMul space, a row long enough for row-reduce
+        _init("w_fc", _weights(rng, (64, 32))),
+        _init("b_fc", np.zeros(64, np.float32)),
         _init("q_w", rng.integers(-127, 128, (32, 32, 1, 1)).astype(np.int8)),
         _init("q_w_scale", np.array(0.01, np.float32)),
         _init("q_w_zero", np.array(0, np.int8)),
@@ -74,7 +75,7 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "w_fc", "b_fc"], ["l"], transB=1),
         helper.make_node("Softmax", ["l"], ["y"], axis=1),
     ]
-    return make_model(nodes, [_vi("x", (1, 3, 32, 32))], [_vi("y", (1, 10))], inits)
+    return make_model(nodes, [_vi("x", (1, 3, 32, 32))], [_vi("y", (1, 64))], inits)
 
 
 @derived_object
