@@ -87,6 +87,17 @@ def assert_close(got: np.ndarray, reference: np.ndarray) -> None:
     np.testing.assert_allclose(got, reference, rtol=RTOL, atol=atol)
 
 
+def postprocessed_designs(space: ScheduleSpace, mod: IRModule, target: Target) -> list[Schedule]:
+    """``space``'s designs for the task ``mod`` through its postprocessors, as the search builds
+    them; a postprocessor that refuses one fails the caller."""
+    generator = space.generator(target)
+    ms.TuneContext(mod=mod, target=target, space_generator=generator, task_name="task")
+    designs = list(generator.generate_design_space(mod))
+    for design in designs:
+        assert all(postproc.apply(design) for postproc in generator.postprocs)
+    return designs
+
+
 def tile_limits(space: ScheduleSpace, task: IRModule, target: Target) -> set[int]:
     """``max_innermost_factor`` of every tile the space's design spaces sample on ``target``."""
     generator = space.generator(target)

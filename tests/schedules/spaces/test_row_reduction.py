@@ -9,7 +9,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tvm import IRModule, s_tir, te
-from tvm.s_tir import meta_schedule as ms
 
 from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.schedules.spaces.row_reduction import (
@@ -21,7 +20,13 @@ from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
 from tests import models
-from tests.schedules.kernels import AVX512, assert_close, random_args, run
+from tests.schedules.kernels import (
+    AVX512,
+    assert_close,
+    postprocessed_designs,
+    random_args,
+    run,
+)
 
 ROWS, WIDTH, CLASSES, SHORT = 6, 200, 300, 40
 
@@ -134,11 +139,6 @@ def test_the_generated_designs_pass_metaschedules_postprocessors(tasks: list) ->
     the unscheduled kernel."""
     target = make_target(None)
     for task in [t for t in tasks if RowReductionSpace().applies_to(t.mod)]:
-        generator = RowReductionSpace().generator(target)
-        context = ms.TuneContext(
-            mod=task.mod, target=target, space_generator=generator, task_name=task.name
-        )
-        (design,) = context.generate_design_space()
-        assert all(postproc.apply(design) for postproc in generator.postprocs), task.name
+        (design,) = postprocessed_designs(RowReductionSpace(), task.mod, target)
         args = random_args(task.mod)
         assert_close(run(design.mod, args), run(task.mod, args))
