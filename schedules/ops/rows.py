@@ -28,8 +28,7 @@ def parallel_rows(
     vector (a mean's division, one value per row) is parallel with the rest."""
     *rows, last = sch.get_loops(block)
     if int(sch.get(last).extent) < lanes:
-        loops = sch.get_loops(block)
-        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+        sch.parallel(sch.fuse(*rows, last) if rows else last)
         return
     outer, inner = sch.split(last, [None, sample_width(sch, vectors, lanes)])
     sch.annotate(outer, PEEL_TAIL, 1)

@@ -31,6 +31,7 @@ from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
+from tvm.tirx import IterVar
 
 from ..ops.nchwc import (
     MAX_REGISTER_BLOCK,
@@ -44,7 +45,6 @@ from .base import ScheduleSpace
 
 SPACE_NAME = "blocked-pool"
 PAD_BLOCK = "pad_temp"  # TOPI's pool2d padding
-_SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduction
 #: The narrowest lane axis this space vectorizes. Blocked tensors have 8 or 16 lanes
 #: (``layout.channel_blocks``); the bound keeps a narrow innermost axis of any other tensor out.
 MIN_LANES = 4
@@ -58,17 +58,20 @@ def blocked_reduction(sch: Schedule) -> tuple[str, int] | None:
     for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(block_rv)
         kinds = [int(iv.iter_type) for iv in block.iter_vars]
-        if _REDUCE in kinds:
+        if IterVar.CommReduce in kinds:
             reductions.append((block, kinds))
-        elif any(kind != _SPATIAL for kind in kinds):
+        elif any(kind != IterVar.DataPar for kind in kinds):
             return None
     if len(reductions) != 1:
         return None
     block, kinds = reductions[0]
-    spatial = kinds.count(_SPATIAL)
+    spatial = kinds.count(IterVar.DataPar)
     # Spatial axes first (the lane last of them), then the reduction: TOPI's order, which the
     # schedule below relies on; and at least n, chunk, a row axis and a column axis.
-    if kinds != [_SPATIAL] * spatial + [_REDUCE] * (len(kinds) - spatial) or spatial < 4:
+    if (
+        kinds != [IterVar.DataPar] * spatial + [IterVar.CommReduce] * (len(kinds) - spatial)
+        or spatial < 4
+    ):
         return None
     lane = block.iter_vars[spatial - 1]
     # One tensor in: a depthwise conv has this loop structure too, but reads its weights.

@@ -38,6 +38,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
+from tvm.tirx import IterVar
 
 from ..ops.annotations import mark_space
 from ..ops.epilogue import inline_into_last
@@ -47,7 +48,6 @@ from ..ops.rows import parallel_rows
 from .base import ScheduleSpace
 
 SPACE_NAME = "matmul-regblock"
-_SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduction
 #: Vectors of output columns per register block, one design space each (those dividing the
 #: columns); with ``r`` rows they make ``r·v`` of the accumulator registers, and ``v`` weight
 #: vectors plus a broadcast must fit beside them.
@@ -63,9 +63,9 @@ def matmul_block(sch: Schedule) -> tuple[SBlockRV, list[SBlockRV]] | None:
         return None
     first = sch.get(blocks[0])
     kinds = [int(iv.iter_type) for iv in first.iter_vars]
-    if len(kinds) < 3 or kinds != [_SPATIAL] * (len(kinds) - 1) + [_REDUCE]:
+    if len(kinds) < 3 or kinds != [IterVar.DataPar] * (len(kinds) - 1) + [IterVar.CommReduce]:
         return None
-    if any(int(iv.iter_type) != _SPATIAL for b in blocks[1:] for iv in sch.get(b).iter_vars):
+    if any(int(iv.iter_type) != IterVar.DataPar for b in blocks[1:] for iv in sch.get(b).iter_vars):
         return None
     i, j, k = (iv.var for iv in first.iter_vars[-3:])
     if len(first.reads) != 2 or len(first.writes) != 1:
@@ -93,13 +93,9 @@ def _columns(mod: IRModule) -> int | None:
     return None if found is None else int(sch.get(found[0]).iter_vars[-2].dom.extent)
 
 
-def vector_width(mod: IRModule, lanes: int) -> int | None:
-    """The vector (``lanes``, or half of it if that is still 8 lanes) whose whole number the
-    task's output columns are, widest first; None if neither divides them or the task is no
-    MatMul."""
-    columns = _columns(mod)
-    if columns is None:
-        return None
+def vector_width(columns: int, lanes: int) -> int | None:
+    """The vector (``lanes``, or half of it if that is still 8 lanes) whose whole number
+    ``columns`` is, widest first; None if neither divides them."""
     return next((w for w in (lanes, lanes // 2) if w >= 8 and columns % w == 0), None)
 
 
@@ -134,9 +130,9 @@ def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> 
 def design_spaces(sch: Schedule, lanes: int, max_block: int) -> list[Schedule]:
     """One design space per count of column vectors dividing the columns, in the widest
     vector that divides them (half a zmm register, a ymm, for 120 or 360 columns)."""
-    width = vector_width(sch.mod, lanes)
     columns = _columns(sch.mod)
-    assert width is not None and columns is not None, "the space applies to MatMul tasks only"
+    width = None if columns is None else vector_width(columns, lanes)
+    assert columns is not None and width is not None, "the space applies to MatMul tasks only"
     vectors = [v for v in COLUMN_VECTORS if (columns // width) % v == 0]
     return design_copies(sch, vectors, lambda copy, v: schedule_matmul(copy, v, width, max_block))
 
@@ -150,7 +146,8 @@ class MatmulSpace(ScheduleSpace):
 
     def applies_to(self, mod: IRModule) -> bool:
         # Whole 8-lane vectors, which every target here has (half a register on AVX-512).
-        return vector_width(mod, 16) is not None
+        columns = _columns(mod)
+        return columns is not None and vector_width(columns, 16) is not None
 
     def generator(self, target: Target) -> SpaceGenerator:
         return ScheduleFn(

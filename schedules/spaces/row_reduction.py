@@ -35,7 +35,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.s_tir.schedule import SBlockRV
 from tvm.target import Target
-from tvm.tirx import Var
+from tvm.tirx import IterVar, Var
 from tvm.tirx.analysis import undefined_vars
 
 from ..ops.annotations import PEEL_TAIL, mark_space
@@ -44,7 +44,6 @@ from ..ops.rows import parallel_rows, sample_width
 from .base import ScheduleSpace
 
 SPACE_NAME = "row-reduce"
-_SPATIAL, _REDUCE = 0, 2  # IterVar.iter_type: data parallel, commutative reduction
 #: Vector accumulators per reduction the search chooses from: one is a latency chain (a max
 #: or add per vector and row), more break it at the cost of a longer horizontal tail.
 ACCUMULATOR_VECTORS = (1, 2, 4)
@@ -61,8 +60,8 @@ def _row_extent(sch: Schedule, block: SBlockRV) -> int | None:
     order; else None."""
     stmt = sch.get(block)
     kinds = [int(iv.iter_type) for iv in stmt.iter_vars]
-    spatial = kinds.count(_SPATIAL)
-    if kinds != [_SPATIAL] * spatial + [_REDUCE] or spatial == 0:
+    spatial = kinds.count(IterVar.DataPar)
+    if kinds != [IterVar.DataPar] * spatial + [IterVar.CommReduce] or spatial == 0:
         return None
     k = stmt.iter_vars[-1].var
     reads_rows = False
@@ -100,7 +99,7 @@ def row_reductions(sch: Schedule) -> list[str] | None:
     for block in sch.get_child_blocks(sch.get_sblock("root")):
         stmt = sch.get(block)
         kinds = {int(iv.iter_type) for iv in stmt.iter_vars}
-        if kinds <= {_SPATIAL}:
+        if kinds <= {IterVar.DataPar}:
             continue
         extent = _row_extent(sch, block)
         if extent is None or extent < MIN_ROW:
@@ -175,8 +174,8 @@ def fits(mod: IRModule) -> bool:
 
 class RowReductionSpace(ScheduleSpace):
     """Softmax, LayerNorm's means and other reductions along the innermost axis: the schedule
-    above, 9 candidates per task, searched alone first and then in the union with the generic
-    space."""
+    above, 3 widths per reduction and for the output (27 candidates for a Softmax), searched
+    alone first and then in the union with the generic space."""
 
     name: ClassVar[str] = SPACE_NAME
     seed_trials: ClassVar[int] = 4
