@@ -409,6 +409,24 @@ def odd_channels() -> onnx.ModelProto:
     return n.model(n.conv(n.conv(a, 20, 32), 32, 32), "odd_channels")
 
 
+def narrow_stem_prelu() -> onnx.ModelProto:
+    """MTCNN P-Net's start: a 3→10 conv (no block divides 10: computed as 16 by the stem kernel,
+    NCHW out), PReLU, MaxPool, a 10→16 stem, PReLU carried blocked into a 16→32 conv."""
+    n = Net(channels=3, size=14)
+
+    def prelu(x: str, channels: int) -> str:
+        slope = (n.rng.random((channels, 1, 1)) * 0.3).astype(np.float32)
+        y = n.op("PRelu", [x, n.const(slope)])
+        assert isinstance(y, str)
+        return y
+
+    a = prelu(n.conv("x", 3, 10, act=None), 10)
+    pooled = n.op("MaxPool", [a], kernel_shape=[2, 2], strides=[2, 2])
+    assert isinstance(pooled, str)
+    b = prelu(n.conv(pooled, 10, 16, act=None), 16)
+    return n.model(n.conv(b, 16, 32), "narrow_stem_prelu")
+
+
 def inverted_residuals_half_blocks() -> onnx.ModelProto:
     """MobileNetV2's 24-channel stage: 24 = 3 half blocks. The stem writes 8-blocks, the
     expand reads 8-blocks and writes 16-blocks (144), the depthwise keeps 16, the project goes
@@ -493,7 +511,7 @@ CASES: dict[str, Case] = {
     "hardswish": Case(activation("hardswish"), blocked=2, transforms=2),
     "sigmoid": Case(activation("sigmoid"), blocked=2, transforms=2),
     "relu6": Case(activation("relu6"), blocked=2, transforms=2),
-    "prelu": Case(activation("prelu"), blocked=2, transforms=4),
+    "prelu": Case(activation("prelu"), blocked=2, transforms=2),
     "leakyrelu": Case(activation("leakyrelu"), blocked=2, transforms=2),
     "softmax": Case(activation("softmax"), blocked=2, transforms=4),
     # kernel == stride: a blocked 1x1 conv and a depth-to-space carried blocked
@@ -516,6 +534,10 @@ CASES: dict[str, Case] = {
     # transform), the 20→32 conv reads it NCHW, and its blocked output goes back to NCHW
     "stem_depthwise_odd": Case(stem_depthwise_odd, blocked=4, transforms=2),
     "odd_channels": Case(odd_channels, blocked=3, transforms=3),
+    # the padded stem's own (its 10 real channels written NCHW, in its kernel), and output
+    # out; the 10→16 stem reads NCHW and the PReLU after it stays blocked (was 3: PReLU to NCHW
+    # and back)
+    "narrow_stem_prelu": Case(narrow_stem_prelu, blocked=3, transforms=2),
     "inverted_residuals_half_blocks": Case(
         inverted_residuals_half_blocks, blocked=10, transforms=1
     ),

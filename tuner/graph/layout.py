@@ -506,7 +506,12 @@ class _BlockingMutator(PyExprMutator):
         entry.precision = dot.precision if dot is not None else "fp32"
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
         out_layout = f"NCHW{self.blocked[var].block}c" if kind.writes_blocked else "NCHW"
-        entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
+        if not (kind.reads_blocked or kind.writes_blocked):
+            # NCHW on both sides of a blocked kernel (the padded stem): name the kernel's block.
+            computed = self._known_block(entry.computed_channels)
+            entry.layout = f"NCHW→NCHW{computed}c→NCHW"
+        else:
+            entry.layout = out_layout if in_layout == out_layout else f"{in_layout}→{out_layout}"
         entry.reason = reason
         return True
 
@@ -635,6 +640,8 @@ class _BlockingMutator(PyExprMutator):
                 else:
                     return None
             return self._emit_blocked(var, relax.Call(call.op, operands, call.attrs), out_shape[1])
+        if name == "relax.nn.prelu":
+            return self._prelu(var, call, out_shape)
         if name in _POOL2D:
             attrs = call.attrs
             src = self.blocked[args[0]]
@@ -716,6 +723,29 @@ class _BlockingMutator(PyExprMutator):
         if name == "relax.strided_slice":
             return self._slice(var, call, out_shape)
         return None
+
+    def _prelu(self, var: relax.Var, call: Call, out_shape: tuple[int, ...] | None) -> bool | None:
+        """PReLU with a constant slope per channel (or one slope), as ``x > 0 ? x : x * slope``
+        on the blocked tensor: ``nn.prelu`` names one slope axis, which NCHW{x}c splits in two.
+        Elementwise, it fuses into the conv's epilogue; as ``nn.prelu`` it went to NCHW and back
+        after every conv of MTCNN's P-Net, two transforms and a kernel each (30% of its time)."""
+        x, slope = call.args
+        src = self.blocked.get(x) if isinstance(x, relax.Var) else None
+        if src is None or out_shape is None or len(out_shape) != 4:
+            return None
+        if not isinstance(slope, GenericConst):
+            return None
+        values = slope.value.numpy()
+        if values.size != 1 and not (values.size == src.channels and int(call.attrs.axis) == 1):
+            return None
+        per_channel = values.reshape((1, -1, 1, 1)) if values.size != 1 else values.reshape(())
+        data = _block_constant(per_channel, src.channels, src.block)
+        if data is None:
+            return None
+        dtype = str(slope.ty.dtype)
+        negative = relax.op.multiply(src.var, relax.const(data, dtype))
+        positive = relax.op.greater(src.var, relax.const(0.0, dtype))
+        return self._emit_blocked(var, relax.op.where(positive, src.var, negative), src.channels)
 
     def _depth_to_space(self, var: relax.Var, call: Call) -> bool | None:
         """One of a DCR depth-to-space's three ops on a blocked tensor, carried blocked

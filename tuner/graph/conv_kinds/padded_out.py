@@ -1,12 +1,14 @@
-"""Convs whose output channels no block divides, with a blockable input: detection,
-segmentation and OCR heads (1, 2, 4, 12, 42, 255 output channels). The filters are padded with
-zero filters to a multiple of the narrowest block once, at build time; the conv runs blocked like
-a dense one (``schedules/spaces/nchwc_*``), and its real channels are written back NCHW.
+"""Convs whose output channels no block divides: detection, segmentation and OCR heads (1, 2,
+4, 12, 42, 255 output channels) and narrow stems (MTCNN's 3→10). The filters are padded with
+zero filters to a multiple of the narrowest block once, at build time; the conv runs blocked
+(``schedules/spaces/nchwc_*``, or the stem space when its input is NCHW), and its real channels
+are written back NCHW.
 
 Without it such a conv stayed NCHW: its input was transformed out of the blocked layout and the
 conv ran in the generic space with the output channels as its only parallel, vectorizable axis
-(issue #31: a 96→1 1×1 head at 52×52 took 4.0 ms against onnxruntime's 0.27). Padding computes
-at most ``block - 1`` zero channels, a waste bounded by ``(block - 1) / channels``.
+(issue #31: a 96→1 1×1 head at 52×52 took 4.0 ms against onnxruntime's 0.27; MTCNN P-Net's
+3→10 3×3 at 64×64 0.105 ms against 0.042 on a Zen 4, a third of the model's time). Padding
+computes at most ``block - 1`` zero channels, a waste bounded by ``(block - 1) / channels``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tvm import relax
 from tvm.relax import BlockBuilder, Expr
 
 from convtune.schedules.ops.dense import block_weight, blocked_conv2d
+from convtune.schedules.ops.stem import MAX_UNROLLED_CHANNELS, output_blocked_conv
 
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 
@@ -27,7 +30,23 @@ def padded_channels(channels: int, block: int) -> int:
     return -(-channels // block) * block
 
 
+def _padded_weight(site: ConvSite) -> np.ndarray:
+    """The conv's OIHW weight with zero filters up to the narrowest block."""
+    weight = site.weight_array()
+    padded = np.zeros((padded_channels(weight.shape[0], site.smallest), *weight.shape[1:]))
+    padded[: weight.shape[0]] = weight
+    return padded.astype(weight.dtype)
+
+
+def _real_channels_nchw(bb: BlockBuilder, conv: Expr, block: int, channels: int) -> Expr:
+    """The first ``channels`` channels of the blocked ``conv`` output, NCHW."""
+    nchw = bb.emit(relax.op.layout_transform(conv, lambda n, c, h, w, i: (n, c * block + i, h, w)))
+    return relax.op.strided_slice(nchw, axes=[1], begin=[0], end=[channels])
+
+
 class PaddedOutputKind(ConvKind):
+    """A blocked input: the dense blocked conv with zero filters."""
+
     name: ClassVar[str] = "padded-out"
     writes_blocked: ClassVar[bool] = False
 
@@ -51,11 +70,35 @@ class PaddedOutputKind(ConvKind):
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         a, b = operands.data_block, operands.out_block
         assert a is not None
-        weight = site.weight_array()
-        channels = weight.shape[0]
-        padded = np.zeros((self.out_channels(site), *weight.shape[1:]), weight.dtype)
-        padded[:channels] = weight
-        packed = relax.const(block_weight(padded, a, b), str(weight.dtype))
+        weight = _padded_weight(site)
+        packed = relax.const(block_weight(weight, a, b), str(weight.dtype))
         conv = bb.emit(blocked_conv2d(operands.data, packed, site.attrs, a, b))
-        nchw = bb.emit(relax.op.layout_transform(conv, lambda n, c, h, w, i: (n, c * b + i, h, w)))
-        return relax.op.strided_slice(nchw, axes=[1], begin=[0], end=[channels])
+        return _real_channels_nchw(bb, conv, b, site.w_shape[0])
+
+
+class PaddedStemKind(PaddedOutputKind):
+    """An NCHW input of few channels (the stem kind's inputs: fewer than a block, or a count no
+    block divides up to the stem space's unrolled limit): the output-blocked stem conv with
+    zero filters."""
+
+    name: ClassVar[str] = "padded-stem"
+    reads_blocked: ClassVar[bool] = False
+
+    def decide(self, site: ConvSite) -> Decision | None:
+        in_channels, channels = site.x_shape[1], site.w_shape[0]
+        few = in_channels < site.lanes or (
+            site.in_block is None and in_channels <= MAX_UNROLLED_CHANNELS
+        )
+        if site.groups != 1 or site.out_block is not None or not site.constant_weight or not few:
+            return None
+        padded = padded_channels(channels, site.smallest)
+        return Decision(
+            True,
+            f"{in_channels} input channels, {channels} output channels computed as {padded}"
+            " (zero filters): NCHW in, NCHW out (stem kernel)",
+        )
+
+    def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
+        b = operands.out_block
+        conv = bb.emit(output_blocked_conv(operands.data, _padded_weight(site), site.attrs, b))
+        return _real_channels_nchw(bb, conv, b, site.w_shape[0])
