@@ -22,6 +22,7 @@ what it could not fuse instead of raising while MetaSchedule generates its desig
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from tvm.ir import IRModule
@@ -79,15 +80,32 @@ def reads_once(sch: Schedule, epilogue: list[SBlockRV], anchor: SBlockRV) -> boo
     return True
 
 
+def _elements(sch: Schedule, block: SBlockRV) -> int:
+    """How many elements ``block`` writes (its first output buffer)."""
+    return math.prod(int(d) for d in sch.get(block).writes[0].source.shape)
+
+
+def grows(sch: Schedule, anchor: SBlockRV, epilogue: list[SBlockRV]) -> bool:
+    """Whether a block of ``epilogue`` writes more elements than ``anchor``: a Pad after the
+    conv, whose border reads nothing of the conv's output. ``reverse_compute_at`` under a loop
+    of the kernel computes only the points that read the kernel's tile, so the border was never
+    written: PP-OCRv6 tiny det's stem conv + ReLU + Pad (bottom and right by 1) left garbage in
+    its last row and column, and the model's output was off by up to 1."""
+    produced = _elements(sch, anchor)
+    return any(_elements(sch, block) > produced for block in epilogue)
+
+
 def fusable(
     mod: IRModule, anchor: str, fuse: Callable[[Schedule, SBlockRV, SBlockRV], None]
 ) -> bool:
     """Whether ``fuse(sch, anchor_block, last_block)`` succeeds on a scratch schedule of ``mod``
     after the epilogue after ``anchor`` is inlined into its last block (True without an
-    epilogue)."""
+    epilogue), and computes every point of the epilogue's output (:func:`grows`)."""
     sch = Schedule(mod)
     try:
         before, block, epilogue = split_at(sch, anchor)
+        if grows(sch, block, epilogue):
+            return False
         inline_side_inputs(sch, before, block)
         last = inline_into_last(sch, epilogue)
         if last is not None:

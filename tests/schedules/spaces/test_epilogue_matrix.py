@@ -421,3 +421,19 @@ def test_a_space_declines_an_epilogue_it_cannot_fuse() -> None:
     assert not any(s.applies_to(mod) for s in SPACES)
     fused = IRModule({"main": te.create_prim_func([data, packed, topi.nn.relu(inverse)])})
     assert [s.name for s in SPACES if s.applies_to(fused)] == [winograd_nchwc.SPACE_NAME]
+
+
+def test_a_pad_after_the_conv_is_not_fused() -> None:
+    """Conv → ReLU → Pad (bottom and right by one, PP-OCRv6's stem): the pad's border reads
+    nothing of the conv, so no loop of the kernel computes it; the kernel spaces decline (the
+    register-blocked one wrote no border and the model's output was off by up to 1)."""
+    data = te.placeholder((1, 1, 6, 6, 16), name="data")
+    weight = te.placeholder((2, 1, 3, 3, 16, 16), name="weight")
+    with make_target(None):
+        conv = topi.nn.conv2d_NCHWc(
+            data, weight, (1, 1), (1, 1), (1, 1), "NCHW16c", "NCHW16c", "float32"
+        )
+    padded = topi.nn.pad(topi.nn.relu(conv), [0, 0, 0, 0, 0], [0, 0, 1, 1, 0])
+    mod = IRModule({"main": te.create_prim_func([data, weight, padded])})
+    assert nchwc.is_blocked_conv(mod)
+    assert [s.name for s in SPACES if s.applies_to(mod)] == [GenericSpace.name]
