@@ -291,7 +291,7 @@ def _warm_vm(
     import tvm
     from tvm import relax
 
-    from convtune.tuner.measure.runtime import set_threads
+    from convtune.tuner.measure.runtime import load_library, set_threads
 
     if runs < 1:
         raise ConvtuneError(f"profile: runs must be >= 1, got {runs}")
@@ -300,7 +300,7 @@ def _warm_vm(
         raise ConvtuneError(f"profile: no such library: {path}")
     set_threads(threads)
     device = tvm.cpu()
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), device)
+    vm = relax.VirtualMachine(load_library(path), device)
     args = _vm_args(vm, feeds, device)
     vm["main"](*args)
     return vm, args

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,27 @@ def set_threads(threads: int) -> int:
     """Make TVM kernels of this process use ``threads`` threads; returns the count in effect."""
     tvm_ffi.get_global_func("runtime.config_threadpool")(_BIG_CORES, threads)
     return int(tvm_ffi.get_global_func("runtime.NumThreads")())
+
+
+#: The file each library path was first loaded from in this process: (device, inode, mtime).
+_LOADED: dict[str, tuple[int, int, int]] = {}
+
+
+def load_library(so_path: Path) -> tvm.runtime.Module:
+    """The library at ``so_path`` as it is now. ``dlopen`` returns the library a process already
+    loaded under a path even after the file there was replaced, so a build that rewrites
+    ``model.so`` (the build's fallback after a tuned library failed verification, a later job
+    with the same output directory) would have run the old code: a replaced file is loaded
+    from a fresh copy under a name of its own."""
+    path = str(so_path.resolve())
+    stat = os.stat(path)
+    identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+    if _LOADED.setdefault(path, identity) == identity:
+        return tvm.runtime.load_module(path)
+    with tempfile.TemporaryDirectory(prefix="convtune-library-") as scratch:
+        copy = Path(scratch) / so_path.name
+        shutil.copyfile(path, copy)
+        return tvm.runtime.load_module(str(copy))  # the mapping outlives the file
 
 
 def manifest_path(so_path: Path) -> Path | None:
@@ -88,7 +111,7 @@ class Artifact:
             input_names = [spec["name"] for spec in load_manifest(so_path)["inputs"]]
         device = tvm.cpu()
         try:
-            lib = tvm.runtime.load_module(str(so_path))
+            lib = load_library(so_path)
         except Exception as exc:  # a corrupt or foreign .so
             raise ConvtuneError(
                 f"cannot load {so_path}: {str(exc).strip().splitlines()[-1]}"
