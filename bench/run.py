@@ -41,6 +41,7 @@ from convtune.db.session import data_dir, make_engine
 from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.algorithms import manifest_winograd, time_with_alternatives
 from convtune.tuner.bench import ModelBench, bench_model, isolated_bench, untuned_library
+from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.events import CostModelWarmStart, Event, EventKind, SearchPlanned
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.measure.peak import PeakResult
@@ -571,8 +572,14 @@ def main(argv: list[str] | None = None) -> list[pathlib.Path]:
     peak, _ = resolve_peak(engine, target, os.cpu_count() or 1, store=True)
     written, reports = [], []
     label = f"-{args.label}" if args.label else ""
+    failed = []
     for name in args.models.split(","):
-        report = run_model(name, args, engine, peak)
+        try:
+            report = run_model(name, args, engine, peak)
+        except ConvtuneError as exc:  # one model's failure (verification, frontend) ends only it
+            print(f"[{name}] failed: {exc}", file=sys.stderr)
+            failed.append(f"{name}: {exc}")
+            continue
         # The model's name with its input size (resnet50-256), and the run's label: a warm run
         # must not overwrite the cold one's report.
         path = write_report(f"{report['model']}{label}", report, args.out)
@@ -585,6 +592,8 @@ def main(argv: list[str] | None = None) -> list[pathlib.Path]:
         summary.write_text("\n".join(summary_markdown(benched, f"{len(benched)} models{label}")))
         print(summary.read_text())
         written.append(summary)
+    if failed:
+        print("failed:\n" + "\n".join(failed), file=sys.stderr)
     return written
 
 
