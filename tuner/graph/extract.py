@@ -37,6 +37,7 @@ from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
+from convtune.tuner.graph.pad_pattern import padding_is_not_elementwise
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
 
@@ -207,13 +208,15 @@ def to_relax(
 
 def fusion_passes() -> list[tvm.transform.Pass]:
     """Lower and fuse, as TVM's ``compile_relax`` does before applying the database, plus
-    :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` after the pattern
+    :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` and
+    :func:`~convtune.tuner.graph.pad_pattern.padding_is_not_elementwise` after the pattern
     analysis; ``fuse`` (task extraction) and ``library.build_library`` share it, so task keys
     match."""
     return [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         elementwise_table_lookups,
+        padding_is_not_elementwise,
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
