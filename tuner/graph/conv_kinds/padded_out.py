@@ -78,8 +78,8 @@ class PaddedOutputKind(ConvKind):
 
 class PaddedStemKind(PaddedOutputKind):
     """An NCHW input of few channels (the stem kind's inputs: fewer than a block, or a count no
-    block divides up to the stem space's unrolled limit): the output-blocked stem conv with
-    zero filters."""
+    block divides up to the stem space's unrolled limit) and at least a narrowest block of
+    outputs: the output-blocked stem conv with zero filters."""
 
     name: ClassVar[str] = "padded-stem"
     reads_blocked: ClassVar[bool] = False
@@ -89,7 +89,15 @@ class PaddedStemKind(PaddedOutputKind):
         few = in_channels < site.lanes or (
             site.in_block is None and in_channels <= MAX_UNROLLED_CHANNELS
         )
-        if site.groups != 1 or site.out_block is not None or not site.constant_weight or not few:
+        if (
+            site.groups != 1
+            or site.out_block is not None
+            or not site.constant_weight
+            or not few
+            or channels < site.smallest
+        ):
+            # Fewer outputs than the narrowest block (a 3 → 6 conv) fill less than a vector:
+            # the generic space vectorizes such a conv along the width instead.
             return None
         padded = padded_channels(channels, site.smallest)
         return Decision(
