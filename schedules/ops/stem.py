@@ -40,8 +40,14 @@ def blocks_output_only(
     was NCHW too and the 14×14×480 tensor it scales went to NCHW and back. An unblockable input
     is NCHW in any case; without this op its conv ran NCHW in the generic space (issue #31: a
     12→24 3×3 conv at 208×208 at 3.5% of peak, 4.8× onnxruntime's time)."""
-    few = in_channels < lanes or (unblockable_input and in_channels <= MAX_UNROLLED_CHANNELS)
+    few = few_input_channels(in_channels, lanes, unblockable_input=unblockable_input)
     return groups == 1 and out_channels % lanes == 0 and (few or unblockable_pixel)
+
+
+def few_input_channels(in_channels: int, block: int, *, unblockable_input: bool) -> bool:
+    """Whether this op reads a conv's NCHW input: fewer channels than ``block``, or, where no
+    block divides them (``unblockable_input``), up to :data:`MAX_UNROLLED_CHANNELS`."""
+    return in_channels < block or (unblockable_input and in_channels <= MAX_UNROLLED_CHANNELS)
 
 
 def pack_weight(weight: np.ndarray, lanes: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from tvm import relax
 from tvm.relax import BlockBuilder, Expr
 
 from convtune.schedules.ops.dense import block_weight, blocked_conv2d
-from convtune.schedules.ops.stem import MAX_UNROLLED_CHANNELS, output_blocked_conv
+from convtune.schedules.ops.stem import few_input_channels, output_blocked_conv
 
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 
@@ -86,9 +86,7 @@ class PaddedStemKind(PaddedOutputKind):
 
     def decide(self, site: ConvSite) -> Decision | None:
         in_channels, channels = site.x_shape[1], site.w_shape[0]
-        few = in_channels < site.lanes or (
-            site.in_block is None and in_channels <= MAX_UNROLLED_CHANNELS
-        )
+        few = few_input_channels(in_channels, site.lanes, unblockable_input=site.in_block is None)
         if (
             site.groups != 1
             or site.out_block is not None
