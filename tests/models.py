@@ -377,10 +377,11 @@ def maxpool_model() -> onnx.ModelProto:
     return make_model([node], [_vi("x", [1, 4, 16, 16])], [_vi("y", [1, 4, 8, 8])], name="maxpool")
 
 
-def global_avgpool_model() -> onnx.ModelProto:
-    """GlobalAveragePool ``x[1,8,7,7] -> y[1,8,1,1]``."""
+def global_avgpool_model(size: int = 7, channels: int = 8) -> onnx.ModelProto:
+    """GlobalAveragePool ``x[1,channels,size,size] -> y[1,channels,1,1]``."""
     node = helper.make_node("GlobalAveragePool", ["x"], ["y"], name="gap0")
-    return make_model([node], [_vi("x", [1, 8, 7, 7])], [_vi("y", [1, 8, 1, 1])], name="gap")
+    x = _vi("x", [1, channels, size, size])
+    return make_model([node], [x], [_vi("y", [1, channels, 1, 1])], name="gap")
 
 
 def flatten_model() -> onnx.ModelProto:

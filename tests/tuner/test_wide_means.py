@@ -1,0 +1,54 @@
+"""Large fp32 means accumulated in fp64 (tuner/graph/wide_means.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from onnx import helper
+
+from convtune.tuner.graph.extract import to_relax
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.graph.wide_means import MIN_ELEMENTS
+from convtune.tuner.library import compile_untuned
+from convtune.tuner.measure.runtime import Artifact
+from convtune.tuner.target import make_target
+from tests import models
+
+
+def _two_means(small: int, large: int) -> bytes:
+    """ReduceMean over H, W of a ``small``² map and GlobalAveragePool of a ``large``² one."""
+    nodes = [
+        helper.make_node("ReduceMean", ["a"], ["ma"], axes=[2, 3], keepdims=1),
+        helper.make_node("GlobalAveragePool", ["b"], ["mb"]),
+    ]
+    vi = helper.make_tensor_value_info
+    model = models.make_model(
+        nodes,
+        [vi("a", 1, [1, 4, small, small]), vi("b", 1, [1, 4, large, large])],
+        [vi("ma", 1, [1, 4, 1, 1]), vi("mb", 1, [1, 4, 1, 1])],
+        opset=17,
+    )
+    return models.to_bytes(model)
+
+
+def test_only_the_large_mean_is_widened() -> None:
+    assert 8 * 8 < MIN_ELEMENTS <= 32 * 32
+    relax_model = to_relax(load_model(_two_means(small=8, large=32)))
+    text = relax_model.mod.script()
+    assert text.count("R.astype") == 2, text  # in and out of the one wide mean
+    assert text.count('"float64"') >= 2, text
+    assert '1, 4, 8, 8), dtype="float64"' not in text
+
+
+def test_a_mean_over_160x160_is_one_rounding_from_the_exact_mean(tmp_path: Path) -> None:
+    """Summed in order in fp32 (the old build, and numpy's sequential cumsum) the mean of 25,600
+    values in [1, 2) is ~5e-6 off relative; accumulated in fp64 it is one fp32 rounding off."""
+    ingested = load_model(models.to_bytes(models.global_avgpool_model(size=160, channels=16)))
+    so = compile_untuned(ingested, make_target("llvm -mcpu=znver4 -num-cores=2"), tmp_path)
+    x = (1 + np.random.default_rng(0).random((1, 16, 160, 160))).astype(np.float32)
+    (got,) = Artifact.load(so, ["x"]).run({"x": x})
+    exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    sequential = np.cumsum(x.reshape(16, -1), axis=1, dtype=np.float32)[:, -1] / 25600
+    assert np.max(np.abs(sequential - exact.ravel()) / exact.ravel()) > 1e-6  # the old error
+    assert np.max(np.abs(got - exact) / exact) <= 2**-23
