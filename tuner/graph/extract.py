@@ -39,7 +39,7 @@ from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
 from convtune.tuner.graph.pad_pattern import padding_is_not_elementwise
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
-from convtune.tuner.graph.wide_means import wide_means
+from convtune.tuner.graph.wide_means import legalize_mean
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
 
 ANCHOR_OPS = {"Conv": "conv", "ConvTranspose": "conv", "Gemm": "gemm", "MatMul": "matmul"}
@@ -193,10 +193,6 @@ def to_relax(
             relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
         )
     )
-    try:
-        folded, _ = wide_means(folded)
-    except Exception as exc:  # the means stay fp32: less accurate, not wrong
-        notes.append(f"large means left in fp32, widening them failed: {error_line(exc)}")
     if target is not None:
         folded, _ = pad_matmul_columns(folded, vector_lanes(target))
     if Precision.parse(precision) is Precision.BF16:
@@ -212,13 +208,14 @@ def to_relax(
 
 
 def fusion_passes() -> list[tvm.transform.Pass]:
-    """Lower and fuse, as TVM's ``compile_relax`` does before applying the database, plus
+    """Lower and fuse, as TVM's ``compile_relax`` does before applying the database (large
+    means summed in fp64: :mod:`~convtune.tuner.graph.wide_means`), plus
     :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` and
     :func:`~convtune.tuner.graph.pad_pattern.padding_is_not_elementwise` after the pattern
     analysis; ``fuse`` (task extraction) and ``library.build_library`` share it, so task keys
     match."""
     return [
-        relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps({"relax.mean": legalize_mean}),
         relax.transform.AnnotateTIROpPattern(),
         elementwise_table_lookups,
         padding_is_not_elementwise,

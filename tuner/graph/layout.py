@@ -60,6 +60,7 @@ from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind,
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .pixel_shuffle import DCR_AXES, Shuffle
 from .topi_pad import constant_pad
+from .wide_means import legalize_mean
 
 _CONV2D = Op.get("relax.nn.conv2d")
 _LAYOUT_TRANSFORM = Op.get("relax.layout_transform")
@@ -954,7 +955,11 @@ def legalize(mod: IRModule, target: Target) -> IRModule:
     """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``."""
     with target:
         return relax.transform.LegalizeOps(
-            {"relax.nn.conv2d": _legalize_conv2d, "relax.take": legalize_table_lookup}
+            {
+                "relax.nn.conv2d": _legalize_conv2d,
+                "relax.take": legalize_table_lookup,
+                "relax.mean": legalize_mean,
+            }
         )(mod)
 
 
