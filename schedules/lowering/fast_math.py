@@ -206,11 +206,12 @@ def _constant(value: tirx.PrimExpr) -> float | None:
 
 def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
     """``x ** exponent`` for an fp32 expression and a constant exponent, in vector code:
-    small integers by multiplication, ±½ by a square root, any other as ``exp(y·log x)`` for
-    positive x, with C's ``powf`` values at zero (0 or inf) and NaN for negative x (an integer
-    exponent never gets there)."""
+    small integers by multiplication, ±½ by a square root, any other as ``exp(y·log |x|)``,
+    with C's ``powf`` values at zero (0 or inf) and for negative x (the sign of an odd integer
+    exponent, NaN for a fractional one)."""
     one = tirx.const(1.0, "float32")
-    if exponent == int(exponent) and abs(exponent) <= _MAX_PRODUCT_EXPONENT:
+    integral = exponent == int(exponent)
+    if integral and abs(exponent) <= _MAX_PRODUCT_EXPONENT:
         value: tirx.PrimExpr = one if exponent == 0 else x
         for _ in range(int(abs(exponent)) - 1):
             value = value * x
@@ -220,10 +221,13 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
     zero = tirx.const(0.0, "float32")
     if exponent == -0.5:  # powf(-0, -½) is +inf, 1/√-0 would be -inf
         return tirx.Select(x == zero, tirx.const(math.inf, "float32"), one / tirx.sqrt(x))
-    powered = fast_exp(tirx.const(exponent, "float32") * fast_log(x))
+    magnitude = fast_exp(tirx.const(exponent, "float32") * fast_log(tirx.abs(x)))
     at_zero = zero if exponent > 0 else tirx.const(math.inf, "float32")
-    nan = tirx.const(math.nan, "float32")
-    return tirx.Select(x > zero, powered, tirx.Select(x == zero, at_zero, nan))
+    if not integral:
+        below_zero: tirx.PrimExpr = tirx.const(math.nan, "float32")
+    else:
+        below_zero = zero - magnitude if int(exponent) % 2 else magnitude
+    return tirx.Select(x > zero, magnitude, tirx.Select(x == zero, at_zero, below_zero))
 
 
 def _lower_pow(call: tirx.Call) -> tirx.PrimExpr:
