@@ -275,10 +275,14 @@ def _vm_args(vm: object, feeds: Mapping[str, np.ndarray], device: object) -> lis
 
     arity = vm._get_function_arity("main")  # type: ignore[attr-defined]
     names = [vm._get_function_param_name("main", i) for i in range(arity)]  # type: ignore[attr-defined]
-    missing = [n for n in names if n not in feeds]
+    # TVM's frontend names a parameter after its ONNX input with every character that is not
+    # a word character replaced by "_" (a legacy export's "input.1" is "input_1").
+    by_param = {re.sub(r"\W", "_", name): name for name in feeds}
+    by_param.update({name: name for name in feeds})
+    missing = [n for n in names if n not in by_param]
     if missing:
         raise ConvtuneError(f"profile: missing input(s) {', '.join(missing)}")
-    return [tvm.runtime.tensor(np.ascontiguousarray(feeds[n]), device) for n in names]
+    return [tvm.runtime.tensor(np.ascontiguousarray(feeds[by_param[n]]), device) for n in names]
 
 
 def _warm_vm(

@@ -98,8 +98,9 @@ def test_user_errors():
         ort_node_times(_model(), FEEDS, threads=1, runs=1, optimization="max")
 
 
-def _build_fused_library(tmp_path):
-    """A conv net through TVM's frontend and fusion passes, exported like the engine's artifact."""
+def _build_fused_library(tmp_path, input_name: str = "x"):
+    """A conv net through TVM's frontend and fusion passes, exported like the engine's artifact;
+    its input renamed ``input_name``."""
     import tvm
     import tvm.relax.frontend.onnx
     from tvm import relax
@@ -107,6 +108,10 @@ def _build_fused_library(tmp_path):
     from tests.models import three_conv_cnn
 
     model = three_conv_cnn(size=16)
+    (graph_input,) = model.graph.input
+    for node in model.graph.node:
+        node.input[:] = [input_name if n == graph_input.name else n for n in node.input]
+    graph_input.name = input_name
     mod = tvm.relax.frontend.onnx.from_onnx(model)
     fuse = tvm.ir.transform.Sequential(
         [
@@ -143,6 +148,18 @@ def test_tvm_layer_times_per_fused_function(tmp_path):
         tvm_layer_times(path, {}, threads=1)
     with pytest.raises(ConvtuneError, match="no such library"):
         tvm_layer_times(tmp_path / "absent.so", feeds, threads=1)
+
+
+def test_an_input_whose_onnx_name_is_not_an_identifier_is_fed(tmp_path):
+    """Legacy exports name their input "input.1"; TVM's VM calls the parameter "input_1"."""
+    from convtune.tuner.profile import tvm_layer_times
+    from tests.models import random_inputs
+
+    model, path = _build_fused_library(tmp_path, input_name="input.1")
+    feeds = random_inputs(model)
+    assert list(feeds) == ["input.1"]
+    times, end_to_end = tvm_layer_times(path, feeds, threads=1, runs=1)
+    assert end_to_end > 0 and any("conv2d" in name for name in times)
 
 
 # ---------------------------------------------------------------------------------------------
