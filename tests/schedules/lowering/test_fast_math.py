@@ -35,8 +35,8 @@ def _imports(so_path: Path, symbol: str) -> bool:
 
 
 def _vectorized(target, n: int, dtype: str, so_path: Path, function=tvm.tirx.exp):
-    """A 16-lane vector loop of ``function`` (a ``tirx`` intrinsic), compiled as the builder and
-    model build do."""
+    """A 16-lane vector loop of ``function`` (a ``tirx`` intrinsic, or any expression of the
+    element), compiled as the builder and model build do."""
     use_fast_math()
     x = tvm.te.placeholder((n,), dtype, name="x")
     y = tvm.te.compute((n,), lambda i: function(x[i]), name="y")
@@ -126,75 +126,59 @@ def _built_as_onnxruntime_computes(
     return so_path
 
 
+def _conv_then(
+    name: str,
+    channels: int,
+    seed: int,
+    nodes: list[onnx.NodeProto],
+    outputs: list[str],
+    constants: dict[str, float] | None = None,
+    gain: float = 0.5,
+) -> onnx.ModelProto:
+    """``x[1,3,10,10]`` → a 3×3 conv of ``channels`` seeded filters (its output named "c") →
+    ``nodes``; ``outputs`` are ``[1, channels, 10, 10]``, ``constants`` scalar initializers."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((channels, 3, 3, 3)) * gain).astype(np.float32)
+    conv = helper.make_node(
+        "Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4
+    )
+    shape = [1, channels, 10, 10]
+    scalars = [
+        onnx.numpy_helper.from_array(np.array(value, np.float32), key)
+        for key, value in (constants or {}).items()
+    ]
+    return models.make_model(
+        [conv, *nodes],
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in outputs],
+        [onnx.numpy_helper.from_array(weight, "W"), *scalars],
+        name=name,
+    )
+
+
 def _silu_exp_softmax_model(channels: int, seed: int = 0) -> onnx.ModelProto:
     """Conv → SiLU (x·Sigmoid x) → Exp of a scaled copy, and a Softmax head over channels."""
-    rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32)
     nodes = [
-        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
         helper.make_node("Mul", ["c", "s"], ["silu"], name="silu"),
         helper.make_node("Mul", ["silu", "k"], ["scaled"], name="scale"),
         helper.make_node("Exp", ["scaled"], ["e"], name="exp"),
         helper.make_node("Softmax", ["c"], ["p"], name="softmax", axis=1),
     ]
-    shape = [1, channels, 10, 10]
-    return models.make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
-        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in ("e", "p")],
-        [
-            onnx.numpy_helper.from_array(weight, "W"),
-            onnx.numpy_helper.from_array(np.array(0.25, np.float32), "k"),
-        ],
-        name="silu_exp_softmax",
-    )
-
-
-@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
-def test_sigmoid_silu_exp_and_softmax_compile_without_libm_exp_and_match_onnxruntime(
-    layout: str, target, tmp_path: Path
-) -> None:
-    so_path = _built_as_onnxruntime_computes(
-        _silu_exp_softmax_model(16), ["e", "p"], layout, target, tmp_path, seed=3
-    )
-    assert not _imports(so_path, "expf")
+    return _conv_then("silu_exp_softmax", channels, seed, nodes, ["e", "p"], {"k": 0.25})
 
 
 def _gelu_model(channels: int, seed: int = 0) -> onnx.ModelProto:
     """Conv → Erf-GELU (x·0.5·(1 + erf(x/√2))), as PaddlePaddle and PyTorch export it."""
-    rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32)
     nodes = [
-        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Div", ["c", "sqrt2"], ["d"], name="div"),
         helper.make_node("Erf", ["d"], ["e"], name="erf"),
         helper.make_node("Add", ["e", "one"], ["a"], name="add"),
         helper.make_node("Mul", ["c", "a"], ["m"], name="mul"),
         helper.make_node("Mul", ["m", "half"], ["y"], name="half"),
     ]
-    return models.make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, channels, 10, 10])],
-        [
-            onnx.numpy_helper.from_array(weight, "W"),
-            onnx.numpy_helper.from_array(np.array(math.sqrt(2), np.float32), "sqrt2"),
-            onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-            onnx.numpy_helper.from_array(np.array(0.5, np.float32), "half"),
-        ],
-        name="gelu",
-    )
-
-
-@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
-def test_erf_gelu_compiles_without_libm_erf_and_matches_onnxruntime(
-    layout: str, target, tmp_path: Path
-) -> None:
-    so_path = _built_as_onnxruntime_computes(
-        _gelu_model(16), ["y"], layout, target, tmp_path, seed=5
-    )
-    assert not _imports(so_path, "erff")
+    constants = {"sqrt2": math.sqrt(2), "one": 1.0, "half": 0.5}
+    return _conv_then("gelu", channels, seed, nodes, ["y"], constants)
 
 
 @pytest.mark.parametrize(
@@ -202,19 +186,13 @@ def test_erf_gelu_compiles_without_libm_erf_and_matches_onnxruntime(
 )
 def test_fp32_pow_by_a_constant_is_vector_code_close_to_powf(target, tmp_path, exponent):
     """LRN's ``(bias + α·Σx²/n)^β`` and ONNX Pow by a constant: no ``powf`` call per element."""
-    use_fast_math()
     x = np.concatenate(
         [np.geomspace(1e-6, 1e6, 1 << 16), [0.0, -0.0, -2.0, -1.0, 1.0, np.inf]]
     ).astype(np.float32)
-    placeholder = tvm.te.placeholder((x.size,), "float32", name="x")
-    y = tvm.te.compute((x.size,), lambda i: tvm.te.power(placeholder[i], exponent), name="y")
-    sch = tvm.s_tir.Schedule(tvm.te.create_prim_func([placeholder, y]))
-    (loop,) = sch.get_loops(sch.get_sblock("y"))
-    sch.vectorize(sch.split(loop, [None, 16])[1])
-    so_path = tmp_path / "pow32.so"
-    tvm.compile(sch.mod, target=target).export_library(str(so_path))
     out = tvm.runtime.tensor(np.zeros_like(x))
-    tvm.runtime.load_module(str(so_path))(tvm.runtime.tensor(x), out)
+    so_path = tmp_path / "pow32.so"
+    power = _vectorized(target, x.size, "float32", so_path, lambda v: tvm.te.power(v, exponent))
+    power(tvm.runtime.tensor(x), out)
     assert not _imports(so_path, "powf")
 
     got, exact = out.numpy(), np.power(x.astype(np.float64), exponent)
@@ -233,28 +211,30 @@ def test_fp32_pow_by_a_constant_is_vector_code_close_to_powf(target, tmp_path, e
 
 
 def _lrn_model(channels: int, seed: int = 0) -> onnx.ModelProto:
-    """Conv → ReLU → LRN (AlexNet's: size 5, α 1e-4, β 0.75, bias 1) over 16 channels."""
-    rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal((channels, 3, 3, 3)) * 2).astype(np.float32)
+    """Conv → ReLU → LRN (AlexNet's: size 5, α 1e-4, β 0.75, bias 1)."""
     nodes = [
-        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Relu", ["c"], ["r"], name="relu"),
         helper.make_node("LRN", ["r"], ["y"], name="lrn", size=5, alpha=1e-4, beta=0.75, bias=1.0),
     ]
-    return models.make_model(
-        nodes,
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 10, 10])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, channels, 10, 10])],
-        [onnx.numpy_helper.from_array(weight, "W")],
-        name="lrn",
-    )
+    return _conv_then("lrn", channels, seed, nodes, ["y"], gain=2.0)
+
+
+#: Models whose activations TVM compiled to a libm call per element: (model, outputs, seed,
+#: the libm function our lowering replaces).
+_LIBM_CASES = {
+    "silu_exp_softmax": (_silu_exp_softmax_model, ["e", "p"], 3, "expf"),
+    "erf_gelu": (_gelu_model, ["y"], 5, "erff"),
+    "lrn": (_lrn_model, ["y"], 7, "powf"),
+}
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nchwc"])
-def test_lrn_compiles_without_libm_pow_and_matches_onnxruntime(
-    layout: str, target, tmp_path: Path
+@pytest.mark.parametrize("case", list(_LIBM_CASES))
+def test_model_compiles_without_its_libm_call_and_matches_onnxruntime(
+    case: str, layout: str, target, tmp_path: Path
 ) -> None:
+    build, outputs, seed, libm_function = _LIBM_CASES[case]
     so_path = _built_as_onnxruntime_computes(
-        _lrn_model(16), ["y"], layout, target, tmp_path, seed=7
+        build(16), outputs, layout, target, tmp_path, seed=seed
     )
-    assert not _imports(so_path, "powf")
+    assert not _imports(so_path, libm_function)
