@@ -273,10 +273,10 @@ def _vm_args(vm: object, feeds: Mapping[str, np.ndarray], device: object) -> lis
     """Feeds ordered as the parameters of the VM's ``main`` (the ONNX graph input names)."""
     import tvm
 
-    arity = vm._get_function_arity("main")  # type: ignore[attr-defined]
-    names = [vm._get_function_param_name("main", i) for i in range(arity)]  # type: ignore[attr-defined]
-    # TVM's frontend names a parameter after its ONNX input with every character that is not
-    # a word character replaced by "_" (a legacy export's "input.1" is "input_1").
+    from convtune.tuner.measure.runtime import vm_parameter_names
+
+    names = vm_parameter_names(vm)
+    # A legacy export's input "input.1" is the parameter "input_1" (vm_parameter_names).
     by_param = {re.sub(r"\W", "_", name): name for name in feeds}
     by_param.update({name: name for name in feeds})
     missing = [n for n in names if n not in by_param]

@@ -79,11 +79,15 @@ def load_manifest(so_path: Path) -> dict[str, Any]:
 def library_manifest(so_path: Path) -> dict[str, Any]:
     """What a library says of itself when its manifest was not saved with it (a browser
     download of the ``.so`` alone): the input names of its Relax ``main``, outputs numbered."""
-    artifact = Artifact.load(so_path, input_names=[])
-    vm = artifact.vm
-    arity = vm._get_function_arity("main")
-    names = [vm._get_function_param_name("main", i) for i in range(arity)]
+    names = vm_parameter_names(Artifact.load(so_path, input_names=[]).vm)
     return {"inputs": [{"name": n} for n in names], "outputs": None, "threads": None}
+
+
+def vm_parameter_names(vm: relax.VirtualMachine) -> list[str]:
+    """The parameter names of the VM's ``main``, in order: the model's inputs as TVM's
+    frontend named them (every non-word character of the ONNX name replaced by "_")."""
+    arity = vm._get_function_arity("main")
+    return [vm._get_function_param_name("main", i) for i in range(arity)]
 
 
 def manifest_or_library(so_path: Path) -> dict[str, Any]:
