@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+import tvm
 from onnx import helper
-from tvm import tirx
+from tvm import te, tirx
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from convtune.tuner.graph.extract import fuse, to_relax
 from convtune.tuner.graph.ingest import load_model
-from convtune.tuner.graph.wide_means import MIN_ELEMENTS
+from convtune.tuner.graph.wide_means import MIN_ELEMENTS, wide_mean
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.measure.runtime import Artifact
 from convtune.tuner.target import make_target
@@ -59,3 +61,17 @@ def test_a_mean_over_160x160_is_one_rounding_from_the_exact_mean(tmp_path: Path)
     sequential = np.cumsum(x.reshape(16, -1), axis=1, dtype=np.float32)[:, -1] / 25600
     assert np.max(np.abs(sequential - exact.ravel()) / exact.ravel()) > 1e-6  # the old error
     assert np.max(np.abs(got - exact) / exact) <= 2**-23
+
+
+@pytest.mark.parametrize(("axes", "keepdims"), [([2, 3], True), ([2, 3], False), ([0, 2], False)])
+def test_wide_mean_reduces_the_axes_asked_with_or_without_their_dims(axes, keepdims) -> None:
+    """ReduceMean's other forms (keepdims=0, axes not last) index the input as numpy does."""
+    x = te.placeholder((2, 3, 20, 20), "float32", name="x")
+    y = wide_mean(x, axes, keepdims)
+    kernel = tvm.compile(te.create_prim_func([x, y]), target="llvm")
+    data = np.random.default_rng(1).random((2, 3, 20, 20)).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros([int(d) for d in y.shape], np.float32))
+    kernel(tvm.runtime.tensor(data), out)
+    exact = data.astype(np.float64).mean(axis=tuple(axes), keepdims=keepdims)
+    assert out.numpy().shape == exact.shape
+    assert np.max(np.abs(out.numpy() - exact) / exact) <= 2**-23

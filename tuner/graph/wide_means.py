@@ -68,12 +68,8 @@ def wide_mean(data: te.Tensor, axes: Sequence[int], keepdims: bool) -> te.Tensor
     )
 
     def source(out: Sequence[te.Var]) -> tuple[object, ...]:
-        by_axis = (
-            dict(zip(range(len(shape)), out, strict=True))
-            if keepdims
-            else dict(zip(kept, out, strict=True))
-        )
-        return tuple(ks[d] if d in ks else by_axis[d] for d in range(len(shape)))
+        kept_indices = iter([out[d] for d in kept] if keepdims else out)
+        return tuple(ks[d] if d in ks else next(kept_indices) for d in range(len(shape)))
 
     total = te.compute(
         out_shape,
