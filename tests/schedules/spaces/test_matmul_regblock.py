@@ -11,7 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import s_tir
 
 from convtune.schedules.ops.isa import accumulator_limit, vector_lanes
-from convtune.schedules.spaces.matmul_regblock import SPACE_NAME, MatmulSpace, design_spaces
+from convtune.schedules.spaces.matmul_regblock import (
+    SPACE_NAME,
+    MatmulSpace,
+    design_spaces,
+    panel_counts,
+)
 from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
@@ -107,3 +112,54 @@ def test_the_generated_designs_pass_metaschedules_postprocessors(tasks: list) ->
         reference = run(task.mod, args)
         for design in postprocessed_designs(MatmulSpace(), task.mod, target):
             assert_close(run(design.mod, args), reference)
+
+
+def _classifier(columns: int, seed: int = 0) -> onnx.ModelProto:
+    """A batch-1 fully connected layer (Gemm with ReLU) to ``columns`` outputs."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((columns, 256)) * 0.1).astype(np.float32)
+    bias = (rng.standard_normal(columns) * 0.1).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "W", "b"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    return models.make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, columns])],
+        [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
+        name="classifier",
+        opset=17,
+    )
+
+
+@pytest.mark.parametrize("columns", [256, 200])
+def test_a_batch_one_product_gets_column_panels_that_compute_the_same(columns: int) -> None:
+    # 256 columns: 16 whole vectors, every panel count divides them; 200: padded to 13
+    # vectors and sliced back, no panel count divides them (the last panel is shorter).
+    target = make_target(None)
+    lanes, limit = vector_lanes(target), accumulator_limit(target)
+    model = _classifier(columns)
+    _, found = extract_tasks(load_model(models.to_bytes(model)), target, "nchwc")
+    (task,) = [t for t in found if MatmulSpace().applies_to(t.mod)]
+    args = random_args(task.mod)
+    reference = run(task.mod, args)
+    counts = panel_counts(1, -(-columns // lanes) * lanes, lanes)
+    assert counts, "a batch-1 product is offered column panels"
+    panel_designs = 0
+    for seed in (1, 2, 3):
+        for sch in design_spaces(s_tir.Schedule(task.mod, seed=seed), lanes, limit):
+            assert_close(run(sch.mod, args), reference)
+            # The register blocks sample their rows; the panels only their count.
+            panel_designs += "sample_perfect_tile" not in str(sch.trace)
+    assert panel_designs == 3
+    for design in postprocessed_designs(MatmulSpace(), task.mod, target):
+        assert_close(run(design.mod, args), reference)
+
+
+def test_column_panels_are_for_few_rows_and_bounded_accumulators() -> None:
+    assert panel_counts(1, 4096, 16) == [2, 4, 8, 16]
+    assert panel_counts(5, 4096, 16) == []
+    # 64 KB of accumulators at most: 4 rows of 18,400 columns need 4 panels or more.
+    assert panel_counts(4, 18400, 16) == [8, 16]
+    assert panel_counts(1, 32, 16) == [2]
