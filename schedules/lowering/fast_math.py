@@ -183,12 +183,20 @@ def fast_log(x: tirx.PrimExpr) -> tirx.PrimExpr:
         ),
     )
     small = mantissa < tirx.const(_SQRT_HALF, f32)
-    e = tirx.Cast(dtype, exponent) - tirx.Select(small, tirx.const(1.0, f32), tirx.const(0.0, f32))
+    e = tirx.Cast(dtype, exponent) - tirx.Select(small, _like(x, 1.0), _like(x, 0.0))
     f = tirx.Select(small, mantissa + mantissa, mantissa) - tirx.const(1.0, f32)
     f2 = f * f
     y = _polynomial(_LOG_POLYNOMIAL, f) * f * f2
     y = y + e * tirx.const(_LN2_LOW, f32) - tirx.const(0.5, f32) * f2
     return f + y + e * tirx.const(_LN2_HIGH, f32)
+
+
+def _like(x: tirx.PrimExpr, value: float) -> tirx.PrimExpr:
+    """The fp32 constant ``value`` with ``x``'s lanes: a vector ``Select`` takes no scalar
+    branch (the lowering meets ``pow`` after vectorization, a float32x16 argument)."""
+    lanes = DataType(str(x.ty.dtype)).lanes
+    constant = tirx.const(value, "float32")
+    return constant if lanes == 1 else tirx.Broadcast(constant, lanes)
 
 
 #: Integer exponents up to this size are computed by repeated multiplication (exactly as x·x…).
@@ -212,7 +220,7 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
     one = tirx.const(1.0, "float32")
     integral = exponent == int(exponent)
     if integral and abs(exponent) <= _MAX_PRODUCT_EXPONENT:
-        value: tirx.PrimExpr = one if exponent == 0 else x
+        value: tirx.PrimExpr = _like(x, 1.0) if exponent == 0 else x
         for _ in range(int(abs(exponent)) - 1):
             value = value * x
         return one / value if exponent < 0 else value
@@ -220,11 +228,11 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
         return tirx.sqrt(x)
     zero = tirx.const(0.0, "float32")
     if exponent == -0.5:  # powf(-0, -½) is +inf, 1/√-0 would be -inf
-        return tirx.Select(x == zero, tirx.const(math.inf, "float32"), one / tirx.sqrt(x))
+        return tirx.Select(x == zero, _like(x, math.inf), one / tirx.sqrt(x))
     magnitude = fast_exp(tirx.const(exponent, "float32") * fast_log(tirx.abs(x)))
-    at_zero = zero if exponent > 0 else tirx.const(math.inf, "float32")
+    at_zero = _like(x, 0.0 if exponent > 0 else math.inf)
     if not integral:
-        below_zero: tirx.PrimExpr = tirx.const(math.nan, "float32")
+        below_zero: tirx.PrimExpr = _like(x, math.nan)
     else:
         below_zero = zero - magnitude if int(exponent) % 2 else magnitude
     return tirx.Select(x > zero, magnitude, tirx.Select(x == zero, at_zero, below_zero))
