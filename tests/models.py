@@ -384,6 +384,33 @@ def global_avgpool_model(size: int = 7, channels: int = 8) -> onnx.ModelProto:
     return make_model([node], [x], [_vi("y", [1, channels, 1, 1])], name="gap")
 
 
+def lrn_model(
+    channels: int = 32, size: int = 5, *, spatial: int = 9, seed: int = 0
+) -> onnx.ModelProto:
+    """A 3×3 conv to ``channels`` → ReLU → LRN of ``size`` (AlexNet's α, β and bias) → a 1×1
+    conv back to 8 channels, so the LRN sits between two convs as in AlexNet and GoogLeNet."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node(
+            "LRN", ["r"], ["n"], name="lrn", size=size, alpha=1e-3, beta=0.75, bias=1.0
+        ),
+        helper.make_node("Conv", ["n", "W2"], ["y"], name="conv2"),
+    ]
+    inits = [
+        _init("W1", (rng.standard_normal((channels, 3, 3, 3)) * 2.0).astype(np.float32)),
+        _init("W2", (rng.standard_normal((8, channels, 1, 1)) * 0.3).astype(np.float32)),
+    ]
+    return make_model(
+        nodes,
+        [_vi("x", [1, 3, spatial, spatial])],
+        [_vi("y", [1, 8, spatial, spatial])],
+        inits,
+        name="lrn",
+    )
+
+
 def flatten_model() -> onnx.ModelProto:
     """Flatten(axis=1) ``x[2,4,3,3] -> y[2,36]``."""
     node = helper.make_node("Flatten", ["x"], ["y"], name="flatten0", axis=1)

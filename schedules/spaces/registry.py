@@ -18,6 +18,7 @@ from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
 from .int8_vnni import Int8VnniConvSpace
+from .lrn import LrnSpace
 from .matmul_regblock import MatmulSpace
 from .nchwc_kblock import ReductionBlockedConvSpace
 from .nchwc_regblock import RegisterBlockedConvSpace
@@ -35,6 +36,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     StemConvSpace(),
     BlockedPoolSpace(),
     RowReductionSpace(),
+    LrnSpace(),
     MatmulSpace(),
     WinogradConvSpace(),
     Int8VnniConvSpace(),

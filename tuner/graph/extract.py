@@ -36,6 +36,7 @@ from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
+from convtune.tuner.graph.lrn import fuse_local_response_norms
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
 from convtune.tuner.graph.pad_pattern import padding_is_not_elementwise
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
@@ -182,6 +183,10 @@ def to_relax(
         mod, _ = lookup_tables(mod)
     except Exception as exc:  # the activations still run as their fp32 chains
         notes.append(f"int8: activations left as fp32 chains, tables failed: {error_line(exc)}")
+    try:
+        mod, _ = fuse_local_response_norms(mod)
+    except Exception as exc:  # the frontend's decomposition still computes it
+        notes.append(f"LRN left as the frontend's eight ops, its kernel failed: {error_line(exc)}")
     # Inference BatchNorm becomes a scale of the conv weights and a bias: one fused kernel per
     # Conv+BN+ReLU instead of a conv and a separate memory-bound pass.
     # Folding the scaled weights to constants here lets the layout pass (tuner/graph/layout.py)

@@ -58,6 +58,7 @@ from convtune.schedules.ops.isa import vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .lookup_tables import is_table_lookup, legalize_table_lookup
+from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import DCR_AXES, Shuffle
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
@@ -430,7 +431,11 @@ class _BlockingMutator(PyExprMutator):
     def _rewrite_call(self, var: relax.Var, call: Call) -> bool | None:
         name = call.op.name
         if name == "relax.call_tir":
-            return self._scalar_call_tir(var, call) or self._pad_call_tir(var, call)
+            return (
+                self._scalar_call_tir(var, call)
+                or self._pad_call_tir(var, call)
+                or self._lrn_call_tir(var, call)
+            )
         if name == "relax.nn.conv2d":
             return self._conv2d(var, call)
         if not any(
@@ -592,6 +597,21 @@ class _BlockingMutator(PyExprMutator):
         (_, _, top, left), (_, _, bottom, right) = pad.before, pad.after
         widths = [0, 0, 0, 0, top, bottom, left, right, 0, 0]
         expr = relax.op.nn.pad(src.var, widths, "constant", pad.value)
+        return self._emit_blocked(var, expr, src.channels)
+
+    def _lrn_call_tir(self, var: relax.Var, call: Call) -> bool | None:
+        """``call_tir(local_response_norm, (x,))`` (``lrn.py``) on a blocked ``x``: the blocked
+        kernel, whose window reaches into the neighbouring blocks."""
+        func, args = call.args[0], call.args[1]
+        if not isinstance(func, tvm.ir.GlobalVar) or not isinstance(args, relax.Tuple):
+            return None
+        params = lrn_params(self.builder_.get()[func])
+        if params is None or len(args.fields) != 1 or not isinstance(args.fields[0], relax.Var):
+            return None
+        src = self.blocked.get(args.fields[0])
+        if src is None or src.channels % src.block:
+            return None
+        expr = blocked_lrn_call(self.builder_, src.var, src.channels, params)
         return self._emit_blocked(var, expr, src.channels)
 
     def _carry(self, var: relax.Var, call: Call, name: str) -> bool | None:
