@@ -9,13 +9,14 @@ where onnxruntime's own LRN takes 3.5 ms for 96×54×54.
 Blocked (``NCHW{b}c``), a channel's neighbours may lie in the next or previous block, at the
 same pixel. Per pixel the kernel squares three whole vectors, the previous block's, its own and
 the next one's (:data:`WINDOW_BLOCK`, zero beyond the first and last block), and reads each tap
-as an unaligned vector of those ``3b`` squares, all lanes of the block at once::
+as an unaligned vector of those ``3b`` squares, all lanes of the block at once (the space in
+``spaces/lrn.py`` squares a whole row before normalizing it)::
 
     for n, c_outer, h in parallel:
         for w:
-            squares[k·b : (k+1)·b] = x[c_outer - 1 + k, h, w, :]²     for k < 3 (vectors)
-            y[:] = x[:] / (bias + α/size · Σ_tap squares[b + tap : 2b + tap])^β   (vectors)
-
+            squares[w, k·b : (k+1)·b] = x[c_outer - 1 + k, h, w, :]²     for k < 3 (vectors)
+        for w:
+            y[w, :] = x[w, :] / (bias + α/size · Σ_tap squares[w, b + tap : 2b + tap])^β
 """
 
 from __future__ import annotations
