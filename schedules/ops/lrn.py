@@ -52,6 +52,12 @@ class LrnParams:
         return range(-self.before, self.size - self.before)
 
 
+# The taps beyond the first and last channel read nothing: ``if_then_else`` guards its load
+# (a branch on the scalar condition), where a ``Select`` of a clamped index did not: TVM's
+# simplifier proved the clamp away under the Select's condition and the vector load ran for the
+# first block too, a block before the buffer (a segfault in AlexNet, 2026-12-05).
+
+
 def _normalized(x: Expr, square_sum: Expr, params: LrnParams) -> Expr:
     f32 = "float32"
     scale = tirx.const(params.alpha / params.size, f32)
@@ -66,9 +72,8 @@ def lrn_nchw(x: te.Tensor, params: LrnParams) -> te.Tensor:
     zero = tirx.const(0.0, "float32")
 
     def square(n: Expr, c: Expr, h: Expr, w: Expr) -> Expr:
-        inside = tirx.all(c >= 0, c < channels)
-        value = x[n, tirx.max(tirx.min(c, channels - 1), 0), h, w]
-        return tirx.Select(inside, value * value, zero)
+        value = x[n, c, h, w]
+        return te.if_then_else(tirx.all(c >= 0, c < channels), value * value, zero)
 
     def compute(n: Expr, c: Expr, h: Expr, w: Expr) -> Expr:
         total = square(n, c + params.taps[0], h, w)
@@ -89,9 +94,8 @@ def lrn_blocked(x: te.Tensor, channels: int, params: LrnParams) -> te.Tensor:
     def square(n: Expr, cb: Expr, h: Expr, w: Expr, k: Expr, lane: Expr) -> Expr:
         # k = 0: the previous block's lanes, 1: this block's, 2: the next block's.
         source = cb - 1 + k
-        inside = tirx.all(source >= 0, source < blocks)
-        value = x[n, tirx.max(tirx.min(source, blocks - 1), 0), h, w, lane]
-        return tirx.Select(inside, value * value, zero)
+        value = x[n, source, h, w, lane]
+        return te.if_then_else(tirx.all(source >= 0, source < blocks), value * value, zero)
 
     squares = te.compute((n_size, blocks, height, width, 3, block), square, name=WINDOW_BLOCK)
 

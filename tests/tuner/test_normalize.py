@@ -135,23 +135,51 @@ def test_an_unpooling_convtranspose_becomes_a_1x1_conv_and_a_pixel_shuffle(
         [("w", w), ("b", b)] if bias else [("w", w)],
     )
     out, applied = nz.normalize(model)
-    assert applied == ["unpool-convtranspose"]
+    assert applied == ["subpixel-convtranspose"]
     ops = [n.op_type for n in out.graph.node]
     assert ops == ["Conv", "Reshape", "Transpose", "Reshape"]
     assert _same_under_ort(model, out)
 
 
 @pytest.mark.parametrize(
+    ("attrs", "kernel", "bias"),
+    [
+        ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, [4, 4], True),  # a face detector's
+        ({"strides": [2, 2]}, [3, 3], False),  # overlapping taps, no pads
+        ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, [3, 3], True),
+        ({"strides": [1, 1], "pads": [1, 1, 1, 1]}, [3, 3], True),  # a flipped conv
+        ({"strides": [3, 2], "pads": [2, 0, 1, 1]}, [5, 3], True),  # uneven, asymmetric
+    ],
+)
+def test_a_convtranspose_becomes_a_conv_of_its_phases_a_shuffle_and_a_slice(
+    attrs: dict, kernel: list[int], bias: bool
+) -> None:
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 4, *kernel)).astype(np.float32)
+    inits = [("w", w), ("b", rng.standard_normal(4).astype(np.float32))]
+    model = _model(
+        [helper.make_node("ConvTranspose", ["x", "w", "b"][: 3 if bias else 2], ["y"], **attrs)],
+        [("x", [1, 6, 5, 7])],
+        [("y", None)],
+        inits if bias else inits[:1],
+    )
+    out, applied = nz.normalize(model)
+    assert applied == ["subpixel-convtranspose"]
+    ops = [n.op_type for n in out.graph.node]
+    assert "ConvTranspose" not in ops and ops[0] == "Conv", ops
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize(
     "attrs",
     [
-        {"strides": [2, 2], "kernel_shape": [3, 3]},  # overlapping taps
-        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
         {"strides": [2, 2], "group": 2},
-        {"strides": [2, 2], "output_padding": [1, 1]},
+        {"strides": [2, 2], "dilations": [2, 2]},
+        {"strides": [3, 3]},  # a kernel narrower than the stride leaves gaps
     ],
 )
 def test_other_convtransposes_are_left_to_the_frontend(attrs: dict) -> None:
-    kernel = attrs.get("kernel_shape", [2, 2])
+    kernel = [2, 2]
     groups = attrs.get("group", 1)
     w = np.random.default_rng(0).standard_normal((4, 4 // groups, *kernel)).astype(np.float32)
     model = _model(
@@ -161,7 +189,7 @@ def test_other_convtransposes_are_left_to_the_frontend(attrs: dict) -> None:
         [("w", w)],
     )
     out, applied = nz.normalize(model)
-    assert "unpool-convtranspose" not in applied
+    assert "subpixel-convtranspose" not in applied
     assert [n.op_type for n in out.graph.node] == ["ConvTranspose"]
 
 

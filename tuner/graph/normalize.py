@@ -21,9 +21,9 @@ Rewrites, in order:
   (C, 1, ...) before the upgrade; a (C, 1, 1) slope is the frontend's own per-axis nn.prelu.
 - ``convtranspose``: ``output_shape`` becomes explicit pads (and output_padding); pads
   larger than the stride are the frontend's business (it handles them).
-- ``unpool-convtranspose``: a ConvTranspose whose kernel equals its stride becomes a 1×1 Conv
-  and a pixel shuffle, for speed: TVM compiles ConvTranspose NCHW in no space of ours, the 1×1
-  conv runs blocked (measured in the function's docstring).
+- ``subpixel-convtranspose``: a ConvTranspose becomes a Conv computing every output phase, a
+  pixel shuffle and a Slice of its pads, for speed: TVM compiles ConvTranspose NCHW in no space
+  of ours, the Conv runs blocked (measured in the function's docstring).
 - ``lpnorm``: LpNormalization becomes ``x / ReduceL1|ReduceL2(x, axis)``.
 - ``batchnorm``: a BatchNormalization in training mode (batch statistics, and the running
   statistics outputs) is spelled out.
@@ -472,58 +472,92 @@ def _lower_convtranspose(
     return [node]
 
 
-def _unpool_convtranspose(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    return _replace_nodes(model, "ConvTranspose", _lower_unpool_convtranspose)
+def _subpixel_convtranspose(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "ConvTranspose", _lower_subpixel_convtranspose)
 
 
-def _lower_unpool_convtranspose(
+def _lower_subpixel_convtranspose(
     g: _Graph, node: onnx.NodeProto, index: int
 ) -> list[onnx.NodeProto] | None:
-    """A 2-D ConvTranspose whose kernel equals its stride (no overlap, no padding: DB and U-Net
-    heads' 2×2 stride-2 upsampling) as a 1×1 Conv to ``Cout·kh·kw`` channels and a pixel
-    shuffle (Reshape/Transpose/Reshape). TVM compiles ConvTranspose NCHW with no space of ours:
-    PP-OCRv5's detector spent 4.6 of its 13.2 ms in two of them (24→24 at 80×80: 3.28 ms against
-    onnxruntime's 0.49; Zen 4, 2026-12-03), where the 1×1 conv runs blocked like any other."""
+    """A 2-D ConvTranspose (one group, no dilation) as a Conv to ``Cout·sh·sw`` channels, a
+    pixel shuffle (Reshape/Transpose/Reshape) and, where it pads, a Slice. TVM compiles
+    ConvTranspose NCHW with no space of ours, where the Conv runs blocked like any other and
+    the shuffle stays blocked (``pixel_shuffle.py``).
+
+    Output pixel ``s·q + r`` (phase ``r``) of the unpadded result sums ``x[q - t]·W[s·t + r]``
+    over ``t < T = ceil(K / s)``: per phase a ``T``-tap correlation of the input, so one Conv of
+    kernel ``T`` (the taps reversed, the kernel padded with zeros to ``s·T``, padding ``T - 1``)
+    computes every phase as channel ``(rh, rw, co)``, which the shuffle interleaves; the Slice
+    takes the ConvTranspose's pads off. A kernel equal to the stride (DB and U-Net heads) is a
+    1×1 Conv and no Slice. Measured: PP-OCRv5's detector spent 4.6 of its 13.2 ms in two 2×2
+    stride-2 ones (24→24 at 80×80: 3.28 ms against onnxruntime's 0.49; Zen 4, 2026-12-03);
+    a face detector's 4×4 stride-2 pad-1 one (32→32 at 8×8) took 0.200 ms against 0.042."""
     attrs = _attrs(node)
     x_shape, w = g.shapes.get(node.input[0]), g.const(node.input[1])
     if x_shape is None or w is None or len(x_shape) != 4 or w.ndim != 4:
         return None
     cin, cout, kh, kw = w.shape
-    flat = [1, 1]
+    sh, sw = (int(s) for s in attrs.get("strides", [1, 1]))
+    pads = [int(p) for p in attrs.get("pads", [0] * 4)]
+    out_pad = [int(p) for p in attrs.get("output_padding", [0, 0])]
     if (
         attrs.get("group", 1) != 1
-        or list(attrs.get("strides", flat)) != [kh, kw]
-        or list(attrs.get("dilations", flat)) != flat
-        or any(attrs.get("pads", [0] * 4))
-        or any(attrs.get("output_padding", [0, 0]))
+        or list(attrs.get("dilations", [1, 1])) != [1, 1]
         or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
         or "output_shape" in attrs
+        or kh < sh
+        or kw < sw
     ):
         return None
     n, _, h, width = x_shape
+    th, tw = -(-kh // sh), -(-kw // sw)
+    q_h, q_w = h + th - 1, width + tw - 1
+    out_h = sh * (h - 1) + kh - pads[0] - pads[2] + out_pad[0]
+    out_w = sw * (width - 1) + kw - pads[1] - pads[3] + out_pad[1]
+    if pads[0] + out_h > sh * q_h or pads[1] + out_w > sw * q_w:
+        return None
     y, base = node.output[0], node.name or node.output[0]
-    # Output channel (i, j, co) of the 1x1 conv is the tap (i, j) of output channel co: the
-    # depth-to-space order (DCR) the layout pass carries blocked when a block divides Cout.
-    weight = g.add_const(f"{y}_w1x1", w.transpose(2, 3, 1, 0).reshape(kh * kw * cout, cin, 1, 1))
-    inputs = [node.input[0], weight]
+    # Kernel index s·t + r, t reversed (the Conv correlates): channel (rh, rw, co) of the Conv
+    # is phase (rh, rw) of output channel co, the order (DCR) the layout pass carries blocked.
+    padded = np.zeros((cin, cout, sh * th, sw * tw), w.dtype)
+    padded[:, :, :kh, :kw] = w
+    taps = padded.reshape(cin, cout, th, sh, tw, sw)[:, :, ::-1, :, ::-1, :]
+    weight = taps.transpose(3, 5, 1, 0, 2, 4).reshape(sh * sw * cout, cin, th, tw)
+    inputs = [node.input[0], g.add_const(f"{y}_wphases", np.ascontiguousarray(weight))]
     if len(node.input) > 2 and node.input[2]:
         bias = g.const(node.input[2])
         if bias is None:
             return None
-        inputs.append(g.add_const(f"{y}_b1x1", np.tile(bias, kh * kw)))
-    taps, split, moved = g.fresh(f"{y}_taps"), g.fresh(f"{y}_split"), g.fresh(f"{y}_moved")
-    shape6 = g.add_const(f"{y}_shape6", np.array([n, kh, kw, cout, h, width], np.int64))
-    shape4 = g.add_const(f"{y}_shape4", np.array([n, cout, h * kh, width * kw], np.int64))
-    return [
-        helper.make_node("Conv", inputs, [taps], kernel_shape=[1, 1], name=f"{base}/taps"),
-        helper.make_node("Reshape", [taps, shape6], [split], name=f"{base}/split"),
-        # (n, i, j, co, h, w) -> (n, co, h, i, w, j): tap (i, j) of pixel (h, w) lands at
-        # (h·kh + i, w·kw + j).
+        inputs.append(g.add_const(f"{y}_bphases", np.tile(bias, sh * sw)))
+    phases = g.fresh(f"{y}_phases")
+    conv_pads = [th - 1, tw - 1, th - 1, tw - 1]
+    nodes = [
         helper.make_node(
-            "Transpose", [split], [moved], perm=[0, 3, 4, 1, 5, 2], name=f"{base}/shuffle"
-        ),
-        helper.make_node("Reshape", [moved, shape4], [y], name=node.name),
+            "Conv", inputs, [phases], kernel_shape=[th, tw], pads=conv_pads, name=f"{base}/phases"
+        )
     ]
+    full = phases
+    if sh * sw > 1:
+        split, moved, full = g.fresh(f"{y}_split"), g.fresh(f"{y}_moved"), g.fresh(f"{y}_full")
+        shape6 = g.add_const(f"{y}_shape6", np.array([n, sh, sw, cout, q_h, q_w], np.int64))
+        shape4 = g.add_const(f"{y}_shape4", np.array([n, cout, q_h * sh, q_w * sw], np.int64))
+        nodes += [
+            helper.make_node("Reshape", [phases, shape6], [split], name=f"{base}/split"),
+            # (n, i, j, co, h, w) -> (n, co, h, i, w, j): phase (i, j) of pixel (h, w) lands at
+            # (h·sh + i, w·sw + j).
+            helper.make_node(
+                "Transpose", [split], [moved], perm=[0, 3, 4, 1, 5, 2], name=f"{base}/shuffle"
+            ),
+            helper.make_node("Reshape", [moved, shape4], [full], name=f"{base}/merge"),
+        ]
+    if (pads[0], pads[1], out_h, out_w) == (0, 0, q_h * sh, q_w * sw):
+        nodes[-1].output[0] = y
+        nodes[-1].name = node.name
+        return nodes
+    starts = g.add_const(f"{y}_starts", np.array([pads[0], pads[1]], np.int64))
+    ends = g.add_const(f"{y}_ends", np.array([pads[0] + out_h, pads[1] + out_w], np.int64))
+    axes = g.add_const(f"{y}_axes", np.array([2, 3], np.int64))
+    return [*nodes, helper.make_node("Slice", [full, starts, ends, axes], [y], name=node.name)]
 
 
 def _lpnorm(model: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -902,7 +936,7 @@ _REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]]
     ("opset", _upgrade_opset),
     ("resize", _resize),
     ("convtranspose", _convtranspose),
-    ("unpool-convtranspose", _unpool_convtranspose),
+    ("subpixel-convtranspose", _subpixel_convtranspose),
     ("lpnorm", _lpnorm),
     ("batchnorm", _batchnorm),
     ("spacetodepth", _space_to_depth),

@@ -2,7 +2,7 @@
 
 DB text detectors and U-Nets upsample with 2×2 stride-2 ConvTransposes, which the normalizer turns
 into a 1×1 conv to ``s1·s2·C`` channels ordered (i, j, c) and a DCR depth-to-space
-(``unpool-convtranspose``); ONNX's DepthToSpace in DCR mode imports as the same three ops:
+(``subpixel-convtranspose``); ONNX's DepthToSpace in DCR mode imports as the same three ops:
 reshape to (N, s1, s2, C, H, W), permute (0, 3, 4, 1, 5, 2), reshape to (N, C, H·s1, W·s2).
 When the block b divides C, channel (i, j, c) of ``NCHW{b}c`` lies in block (i·s2 + j)·C/b + c/b
 at lane c mod b, so the shuffle moves whole b-lane vectors and never leaves the layout:
