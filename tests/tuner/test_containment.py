@@ -33,8 +33,8 @@ FORCED = "forced failure for the containment test"
 def every_space_net(seed: int = 0) -> onnx.ModelProto:
     """One small graph with a task for every registered space: an RGB stem, a depthwise conv, 1×1
     and 3×3 stride-1 convs (blocked, Winograd-eligible), a quantized (QDQ) 1×1 conv added back to
-    the 3×3's output (an int8 conv on a VNNI CPU), a max-pool, a 512-channel reduction, and a
-    classifier ending in Softmax."""
+    the 3×3's output (an int8 conv on a VNNI CPU), an LRN, a max-pool, a 512-channel reduction,
+    and a classifier ending in Softmax."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("w_stem", _weights(rng, (16, 3, 3, 3))),
@@ -66,7 +66,8 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["q_w", "q_w_scale", "q_w_zero"], ["q_w_dq"]),
         helper.make_node("Conv", ["q_dq", "q_w_dq"], ["qc"]),
         helper.make_node("Add", ["c_r", "qc"], ["c_sum"]),
-        helper.make_node("MaxPool", ["c_sum"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("LRN", ["c_sum"], ["c_lrn"], size=5),
+        helper.make_node("MaxPool", ["c_lrn"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Conv", ["m", "w_wide"], ["wd"]),
         helper.make_node("Relu", ["wd"], ["wd_r"]),
         helper.make_node("Conv", ["wd_r", "w_narrow"], ["n"]),  # 32 input blocks: kblock

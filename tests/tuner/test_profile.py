@@ -329,9 +329,35 @@ def test_every_anchor_node_gets_its_onnxruntime_time(named):
 
 
 def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
-    """A decoder's overlapping ConvTranspose (an FCN's 3x3 stride-2 upsampling; the 2x2 one
-    becomes a 1x1 Conv in the normalizer) is a tuned layer tied to its ONNX node, and
-    onnxruntime's time for it lands on that node."""
+    """A grouped ConvTranspose (the normalizer's sub-pixel form takes one group only, so it
+    stays one) is a tuned layer tied to its ONNX node, and onnxruntime's time for it lands on
+    that node."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.1).astype(np.float32), "w"),
+        numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 0.1).astype(np.float32), "wt"),
+    ]
+    up_attrs = {"strides": [2, 2], "pads": [1] * 4, "output_padding": [1, 1], "group": 2}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="down", pads=[1] * 4),
+        helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="up", **up_attrs),
+    ]
+    model = make_model(nodes, [_vi("x", (1, 8, 8, 8))], [_vi("y", (1, 8, 16, 16))], inits)
+    ingested = load_model(model.SerializeToString())
+    _, tasks = extract_tasks(ingested, make_target(None))
+    [up] = [t for t in tasks if t.op == "ConvTranspose"]
+    assert up.onnx_nodes == ["up"] and up.kind == "conv"
+    assert up.description["flops"] == 2 * 8 * 16 * 16 * (4 // 2) * 3 * 3
+    # Described like a Conv: the pipeline's shape text read "pads" and raised KeyError on it.
+    assert up.shape_text.startswith("1x4x8x8 *ᵀ 4x4x3x3 s2,2 p1,1,1,1"), up.shape_text
+    feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
+    times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
+    assert times["up"] > 0 and times["down"] > 0
+
+
+def test_a_sub_pixel_conv_transpose_is_a_conv_named_after_its_node():
+    """The overlapping one-group ConvTranspose the normalizer rewrites: its Conv of output
+    phases is a tuned conv layer named after the ConvTranspose node."""
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.1).astype(np.float32), "w"),
@@ -343,16 +369,10 @@ def test_conv_transpose_is_linked_and_gets_its_onnxruntime_time():
         helper.make_node("ConvTranspose", ["c", "wt"], ["y"], name="up", **up_attrs),
     ]
     model = make_model(nodes, [_vi("x", (1, 8, 8, 8))], [_vi("y", (1, 8, 16, 16))], inits)
-    ingested = load_model(model.SerializeToString())
-    _, tasks = extract_tasks(ingested, make_target(None))
-    [up] = [t for t in tasks if t.op == "ConvTranspose"]
-    assert up.onnx_nodes == ["up"] and up.kind == "conv"
-    assert up.description["flops"] == 2 * 8 * 16 * 16 * 4 * 3 * 3
-    # Described like a Conv: the pipeline's shape text read "pads" and raised KeyError on it.
-    assert up.shape_text == "1x4x8x8 *ᵀ 4x8x3x3 s2,2 p1,1,1,1"
-    feeds = {"x": np.ones((1, 8, 8, 8), np.float32)}
-    times, _ = ort_node_times(model.SerializeToString(), feeds, threads=1, runs=2)
-    assert times["up"] > 0 and times["down"] > 0
+    _, tasks = extract_tasks(load_model(model.SerializeToString()), make_target(None))
+    assert not [t for t in tasks if t.op == "ConvTranspose"]
+    [phases] = [t for t in tasks if t.onnx_nodes == ["up/phases"]]
+    assert phases.op == "Conv" and phases.kind == "conv"
 
 
 def test_a_library_that_does_not_load_is_a_clear_error(tmp_path):
