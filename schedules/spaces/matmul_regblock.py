@@ -55,7 +55,7 @@ import numpy as np
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
-from tvm.s_tir.schedule import SBlockRV
+from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
 from tvm.tirx import IterVar
 
@@ -135,14 +135,41 @@ def vector_width(columns: int, lanes: int) -> int | None:
     return next((w for w in (lanes, lanes // 2) if w >= 8 and columns % w == 0), None)
 
 
-def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> None:
-    """The register-blocked schedule of the module docstring with ``vectors`` column vectors
-    (in place)."""
+def _matmul_and_output(sch: Schedule) -> tuple[SBlockRV, SBlockRV | None]:
+    """The task's matmul block (marked as this space's) and its epilogue inlined into one output
+    block (None without one)."""
     found = matmul_block(sch)
     assert found is not None, "the space applies to MatMul tasks only"
     matmul, after = found
     mark_space(sch, matmul, SPACE_NAME)
-    output = inline_into_last(sch, after)
+    return matmul, inline_into_last(sch, after)
+
+
+def _epilogue_and_init(
+    sch: Schedule,
+    matmul: SBlockRV,
+    output: SBlockRV | None,
+    at: LoopRV,
+    k: LoopRV,
+    lanes: int,
+) -> None:
+    """The epilogue computed under ``at`` on the accumulators, or after, rows in parallel, when
+    it slices padded columns away (the tiles' tail would not vectorize); the accumulators'
+    initialization split off at ``k``."""
+    if output is not None:
+        produced = [int(d) for d in sch.get(matmul).writes[0].source.shape]
+        written = [int(d) for d in sch.get(output).writes[0].source.shape]
+        if produced == written:
+            epilogue_at(sch, output, at)
+        else:
+            parallel_rows(sch, output, lanes)
+    sch.decompose_reduction(matmul, k)
+
+
+def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> None:
+    """The register-blocked schedule of the module docstring with ``vectors`` column vectors
+    (in place)."""
+    matmul, output = _matmul_and_output(sch)
     *batch, i, j, k = sch.get_loops(matmul)
     j_outer, j_in, lane = sch.split(j, [None, vectors, lanes])
     rows = sch.sample_perfect_tile(i, n=2, max_innermost_factor=max(1, max_block // vectors))
@@ -153,14 +180,7 @@ def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> 
     sch.unroll(j_in)
     sch.vectorize(lane)
     accumulate_locally(sch, matmul, i_outer)
-    if output is not None:
-        produced = [int(d) for d in sch.get(matmul).writes[0].source.shape]
-        written = [int(d) for d in sch.get(output).writes[0].source.shape]
-        if produced == written:
-            epilogue_at(sch, output, i_outer)
-        else:  # the padded columns sliced away: the tiles' tail would not vectorize
-            parallel_rows(sch, output, lanes)
-    sch.decompose_reduction(matmul, k)
+    _epilogue_and_init(sch, matmul, output, i_outer, k, lanes)
 
 
 def panel_counts(rows: int, columns: int, lanes: int) -> list[int]:
@@ -178,11 +198,7 @@ def panel_counts(rows: int, columns: int, lanes: int) -> list[int]:
 def schedule_column_panels(sch: Schedule, lanes: int, counts: list[int]) -> None:
     """The column-panel design of the module docstring, its panel count drawn from ``counts``
     (in place)."""
-    found = matmul_block(sch)
-    assert found is not None, "the space applies to MatMul tasks only"
-    matmul, after = found
-    mark_space(sch, matmul, SPACE_NAME)
-    output = inline_into_last(sch, after)
+    matmul, output = _matmul_and_output(sch)
     *batch, i, j, k = sch.get_loops(matmul)
     panels = sch.sample_categorical(counts, [1.0 / len(counts)] * len(counts))
     column_vectors, lane = sch.split(j, [None, lanes])
@@ -193,14 +209,7 @@ def schedule_column_panels(sch: Schedule, lanes: int, counts: list[int]) -> None
     local = sch.cache_write(matmul, 0, "local")
     sch.reverse_compute_at(local, panel, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(local)[-1])
-    if output is not None:
-        produced = [int(d) for d in sch.get(matmul).writes[0].source.shape]
-        written = [int(d) for d in sch.get(output).writes[0].source.shape]
-        if produced == written:
-            epilogue_at(sch, output, panel)
-        else:
-            parallel_rows(sch, output, lanes)
-    sch.decompose_reduction(matmul, k)
+    _epilogue_and_init(sch, matmul, output, panel, k, lanes)
 
 
 def design_spaces(sch: Schedule, lanes: int, max_block: int) -> list[Schedule]:
