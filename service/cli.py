@@ -342,7 +342,11 @@ def run(
 
 
 def _read_feeds(inputs: list[str], names: list[str]) -> dict[str, Any]:
+    """The ``--input`` files by input name; a library without its manifest names its inputs as
+    TVM's VM does, so an ONNX name ("input.1") is taken for its VM name ("input_1")."""
     import numpy as np
+
+    from convtune.tuner.measure.runtime import vm_parameter_name
 
     feeds: dict[str, Any] = {}
     for text in inputs:
@@ -353,6 +357,8 @@ def _read_feeds(inputs: list[str], names: list[str]) -> dict[str, Any]:
                     f"the model has inputs {', '.join(names)}: use --input NAME=file.npy"
                 )
             name, path = names[0], text
+        if name not in names and vm_parameter_name(name) in names:
+            name = vm_parameter_name(name)
         if name not in names:
             raise ConvtuneError(
                 f"unknown input {name!r}; the model's inputs are {', '.join(names)}"

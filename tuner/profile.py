@@ -273,11 +273,10 @@ def _vm_args(vm: object, feeds: Mapping[str, np.ndarray], device: object) -> lis
     """Feeds ordered as the parameters of the VM's ``main`` (the ONNX graph input names)."""
     import tvm
 
-    from convtune.tuner.measure.runtime import vm_parameter_names
+    from convtune.tuner.measure.runtime import vm_parameter_name, vm_parameter_names
 
     names = vm_parameter_names(vm)
-    # A legacy export's input "input.1" is the parameter "input_1" (vm_parameter_names).
-    by_param = {re.sub(r"\W", "_", name): name for name in feeds}
+    by_param = {vm_parameter_name(name): name for name in feeds}
     by_param.update({name: name for name in feeds})
     missing = [n for n in names if n not in by_param]
     if missing:

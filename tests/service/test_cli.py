@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from convtune.tuner.artifact_files import MANIFEST_NAME
+from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
 from convtune.tuner.target import make_target
@@ -246,3 +247,18 @@ def test_layout_line_names_every_block_size(capsys) -> None:
     out = capsys.readouterr().err  # the CLI's notes go to stderr, its tables to stdout
     assert "layout: 2 of 3 convs blocked (NCHW16c, NCHW8c), 1 layout transforms" in out
     assert "warning: kept NCHW" in out
+
+
+def test_run_takes_a_legacy_onnx_input_name_for_the_librarys(tmp_path: Path) -> None:
+    """A library saved without its manifest names its inputs as TVM's VM does: a legacy
+    export's "input.1" is "input_1"; ``--input input.1=…`` is taken for it."""
+    from convtune.service.cli import _read_feeds
+
+    np.save(tmp_path / "a.npy", np.ones((1, 3), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((2,), np.float32))
+    feeds = _read_feeds(
+        [f"input.1={tmp_path / 'a.npy'}", f"mask={tmp_path / 'b.npy'}"], ["input_1", "mask"]
+    )
+    assert sorted(feeds) == ["input_1", "mask"] and feeds["input_1"].shape == (1, 3)
+    with pytest.raises(ConvtuneError, match=r"unknown input 'input\.2'"):
+        _read_feeds([f"input.2={tmp_path / 'a.npy'}"], ["input_1"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -88,6 +89,12 @@ def vm_parameter_names(vm: relax.VirtualMachine) -> list[str]:
     frontend named them (every non-word character of the ONNX name replaced by "_")."""
     arity = vm._get_function_arity("main")
     return [vm._get_function_param_name("main", i) for i in range(arity)]
+
+
+def vm_parameter_name(onnx_name: str) -> str:
+    """The VM parameter TVM's frontend makes of the ONNX input ``onnx_name`` ("input.1" of a
+    legacy export is "input_1")."""
+    return re.sub(r"\W", "_", onnx_name)
 
 
 def manifest_or_library(so_path: Path) -> dict[str, Any]:
