@@ -40,7 +40,6 @@ and ``powf``'s values at zero and for negative x. Within 26.5 ulp of float64 for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from tvm import DataType, tirx
 
@@ -65,18 +64,28 @@ EXP_HIGH = 88.37626
 LOWERING_LEVEL = 99
 
 
-def _shared(
-    value: tirx.PrimExpr, name: str, body: Callable[[tirx.PrimExpr], tirx.PrimExpr]
-) -> tirx.PrimExpr:
-    """``body(value)`` with ``value`` computed once: bound by a ``Let`` unless it is a
-    variable or a constant already. The lowerings below use their operands many times; as
+class _Lets:
+    """Values the lowering uses more than once, each computed once: :meth:`bind` names one
+    (a variable or a constant stays as it is) and :meth:`around` wraps the result in their
+    ``Let`` s, the first bound outermost. The lowerings below use their operands many times; as
     copies of a tree, an operand that is itself an expression (LRN's ``1 + α·Σx²`` under a
     pow, whose log and exp each repeat theirs) grew the kernel exponentially: 33 s to compile
     and 817 ms to run a 96×54×54 LRN, measured 2026-12-05."""
-    if isinstance(value, tirx.Var | tirx.FloatImm | tirx.IntImm | tirx.Broadcast):
-        return body(value)
-    var = tirx.Var(name, str(value.ty.dtype))
-    return tirx.Let(var, value, body(var))
+
+    def __init__(self) -> None:
+        self._bound: list[tuple[tirx.Var, tirx.PrimExpr]] = []
+
+    def bind(self, value: tirx.PrimExpr, name: str) -> tirx.PrimExpr:
+        if isinstance(value, tirx.Var | tirx.FloatImm | tirx.IntImm | tirx.Broadcast):
+            return value
+        var = tirx.Var(name, str(value.ty.dtype))
+        self._bound.append((var, value))
+        return var
+
+    def around(self, body: tirx.PrimExpr) -> tirx.PrimExpr:
+        for var, value in reversed(self._bound):
+            body = tirx.Let(var, value, body)
+        return body
 
 
 def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -85,28 +94,19 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     lanes = DataType(dtype).lanes
     f32 = "float32"
     i32 = "int32" if lanes == 1 else f"int32x{lanes}"
-
-    def at(clamped: tirx.PrimExpr) -> tirx.PrimExpr:
-        n = tirx.floor(clamped * tirx.const(_LOG2E, f32) + tirx.const(0.5, f32))
-        return _shared(n, "exp_n", lambda n: _shared(reduced(clamped, n), "exp_r", scaled(n)))
-
-    def reduced(clamped: tirx.PrimExpr, n: tirx.PrimExpr) -> tirx.PrimExpr:
-        return clamped - n * tirx.const(_LN2_HIGH, f32) - n * tirx.const(_LN2_LOW, f32)
-
-    def scaled(n: tirx.PrimExpr) -> Callable[[tirx.PrimExpr], tirx.PrimExpr]:
-        def of(r: tirx.PrimExpr) -> tirx.PrimExpr:
-            p = tirx.const(_POLYNOMIAL[0], f32)
-            for coefficient in _POLYNOMIAL[1:]:
-                p = p * r + tirx.const(coefficient, f32)
-            e_r = p * r * r + r + tirx.const(1.0, f32)
-            exponent = tirx.Cast(i32, n) + tirx.const(127, "int32")
-            two_n = tirx.reinterpret(dtype, tirx.shift_left(exponent, tirx.const(23, "int32")))
-            return two_n * e_r
-
-        return of
-
-    clamped = tirx.max(tirx.min(x, tirx.const(EXP_HIGH, f32)), tirx.const(EXP_LOW, f32))
-    return _shared(clamped, "exp_x", at)
+    lets = _Lets()
+    x = lets.bind(
+        tirx.max(tirx.min(x, tirx.const(EXP_HIGH, f32)), tirx.const(EXP_LOW, f32)), "exp_x"
+    )
+    n = lets.bind(tirx.floor(x * tirx.const(_LOG2E, f32) + tirx.const(0.5, f32)), "exp_n")
+    r = lets.bind(x - n * tirx.const(_LN2_HIGH, f32) - n * tirx.const(_LN2_LOW, f32), "exp_r")
+    p = tirx.const(_POLYNOMIAL[0], f32)
+    for coefficient in _POLYNOMIAL[1:]:
+        p = p * r + tirx.const(coefficient, f32)
+    e_r = p * r * r + r + tirx.const(1.0, f32)
+    exponent = tirx.Cast(i32, n) + tirx.const(127, "int32")
+    two_n = tirx.reinterpret(dtype, tirx.shift_left(exponent, tirx.const(23, "int32")))
+    return lets.around(two_n * e_r)
 
 
 # erf(x) ≈ x·P(x²) / Q(x²) on [-4, 4]; coefficients highest degree first.
@@ -141,14 +141,14 @@ def _polynomial(coefficients: tuple[float, ...], x: tirx.PrimExpr) -> tirx.PrimE
 def fast_erf(x: tirx.PrimExpr) -> tirx.PrimExpr:
     """``erf(x)`` for an fp32 expression (scalar or vector), as a rational function."""
     f32 = "float32"
-
-    def of(x: tirx.PrimExpr, x2: tirx.PrimExpr) -> tirx.PrimExpr:
-        ratio = x * _polynomial(_ERF_NUMERATOR, x2) / _polynomial(_ERF_DENOMINATOR, x2)
-        # Near ±4 the rational function overshoots 1 by an ulp; erf never does.
-        return tirx.max(tirx.min(ratio, tirx.const(1.0, f32)), tirx.const(-1.0, f32))
-
-    clamped = tirx.max(tirx.min(x, tirx.const(ERF_BOUND, f32)), tirx.const(-ERF_BOUND, f32))
-    return _shared(clamped, "erf_x", lambda x: _shared(x * x, "erf_x2", lambda x2: of(x, x2)))
+    lets = _Lets()
+    x = lets.bind(
+        tirx.max(tirx.min(x, tirx.const(ERF_BOUND, f32)), tirx.const(-ERF_BOUND, f32)), "erf_x"
+    )
+    x2 = lets.bind(x * x, "erf_x2")
+    ratio = x * _polynomial(_ERF_NUMERATOR, x2) / _polynomial(_ERF_DENOMINATOR, x2)
+    # Near ±4 the rational function overshoots 1 by an ulp; erf never does.
+    return lets.around(tirx.max(tirx.min(ratio, tirx.const(1.0, f32)), tirx.const(-1.0, f32)))
 
 
 _FLOAT32 = DataType("float32")
@@ -202,35 +202,29 @@ def fast_log(x: tirx.PrimExpr) -> tirx.PrimExpr:
     lanes = DataType(dtype).lanes
     f32 = "float32"
     i32 = "int32" if lanes == 1 else f"int32x{lanes}"
-
-    def of_bits(bits: tirx.PrimExpr) -> tirx.PrimExpr:
-        # x = m·2^e with m in [0.5, 1): the exponent field minus 126, the mantissa with
-        # exponent -1.
-        exponent = tirx.shift_right(bits, tirx.const(23, "int32")) - tirx.const(126, "int32")
-        mantissa = tirx.reinterpret(
+    lets = _Lets()
+    bits = lets.bind(tirx.reinterpret(i32, x), "log_bits")
+    # x = m·2^e with m in [0.5, 1): the exponent field minus 126, the mantissa with exponent -1.
+    exponent = tirx.shift_right(bits, tirx.const(23, "int32")) - tirx.const(126, "int32")
+    mantissa = lets.bind(
+        tirx.reinterpret(
             dtype,
             tirx.bitwise_or(
                 tirx.bitwise_and(bits, tirx.const(0x007FFFFF, "int32")),
                 tirx.const(0x3F000000, "int32"),
             ),
-        )
-        return _shared(mantissa, "log_m", lambda m: of_mantissa(exponent, m))
-
-    def of_mantissa(exponent: tirx.PrimExpr, mantissa: tirx.PrimExpr) -> tirx.PrimExpr:
-        small = mantissa < tirx.const(_SQRT_HALF, f32)
-        e = tirx.Cast(dtype, exponent) - tirx.Select(small, _like(x, 1.0), _like(x, 0.0))
-        f = tirx.Select(small, mantissa + mantissa, mantissa) - tirx.const(1.0, f32)
-        return _shared(e, "log_e", lambda e: _shared(f, "log_f", lambda f: of_f(e, f)))
-
-    def of_f(e: tirx.PrimExpr, f: tirx.PrimExpr) -> tirx.PrimExpr:
-        def of_f2(f2: tirx.PrimExpr) -> tirx.PrimExpr:
-            y = _polynomial(_LOG_POLYNOMIAL, f) * f * f2
-            y = y + e * tirx.const(_LN2_LOW, f32) - tirx.const(0.5, f32) * f2
-            return f + y + e * tirx.const(_LN2_HIGH, f32)
-
-        return _shared(f * f, "log_f2", of_f2)
-
-    return _shared(tirx.reinterpret(i32, x), "log_bits", of_bits)
+        ),
+        "log_m",
+    )
+    small = mantissa < tirx.const(_SQRT_HALF, f32)
+    e = lets.bind(
+        tirx.Cast(dtype, exponent) - tirx.Select(small, _like(x, 1.0), _like(x, 0.0)), "log_e"
+    )
+    f = lets.bind(tirx.Select(small, mantissa + mantissa, mantissa) - tirx.const(1.0, f32), "log_f")
+    f2 = lets.bind(f * f, "log_f2")
+    y = _polynomial(_LOG_POLYNOMIAL, f) * f * f2
+    y = y + e * tirx.const(_LN2_LOW, f32) - tirx.const(0.5, f32) * f2
+    return lets.around(f + y + e * tirx.const(_LN2_HIGH, f32))
 
 
 def _like(x: tirx.PrimExpr, value: float) -> tirx.PrimExpr:
@@ -259,33 +253,31 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
     small integers by multiplication, ±½ by a square root, any other as ``exp(y·log |x|)``,
     with C's ``powf`` values at zero (0 or inf) and for negative x (the sign of an odd integer
     exponent, NaN for a fractional one)."""
-    return _shared(x, "pow_x", lambda x: _power_of(x, exponent))
-
-
-def _power_of(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
+    lets = _Lets()
+    x = lets.bind(x, "pow_x")
     one = tirx.const(1.0, "float32")
     integral = exponent == int(exponent)
     if integral and abs(exponent) <= _MAX_PRODUCT_EXPONENT:
         value: tirx.PrimExpr = _like(x, 1.0) if exponent == 0 else x
         for _ in range(int(abs(exponent)) - 1):
             value = value * x
-        return one / value if exponent < 0 else value
+        return lets.around(one / value if exponent < 0 else value)
     if exponent == 0.5:
-        return tirx.sqrt(x)
+        return lets.around(tirx.sqrt(x))
     zero = tirx.const(0.0, "float32")
     if exponent == -0.5:  # powf(-0, -½) is +inf, 1/√-0 would be -inf
-        return tirx.Select(x == zero, _like(x, math.inf), one / tirx.sqrt(x))
+        return lets.around(tirx.Select(x == zero, _like(x, math.inf), one / tirx.sqrt(x)))
     at_zero = _like(x, 0.0 if exponent > 0 else math.inf)
-
-    def signed(magnitude: tirx.PrimExpr) -> tirx.PrimExpr:
-        if not integral:
-            below_zero: tirx.PrimExpr = _like(x, math.nan)
-        else:
-            below_zero = zero - magnitude if int(exponent) % 2 else magnitude
-        return tirx.Select(x > zero, magnitude, tirx.Select(x == zero, at_zero, below_zero))
-
-    magnitude = fast_exp(tirx.const(exponent, "float32") * fast_log(tirx.abs(x)))
-    return _shared(magnitude, "pow_magnitude", signed)
+    magnitude = lets.bind(
+        fast_exp(tirx.const(exponent, "float32") * fast_log(tirx.abs(x))), "pow_magnitude"
+    )
+    if not integral:
+        below_zero: tirx.PrimExpr = _like(x, math.nan)
+    else:
+        below_zero = zero - magnitude if int(exponent) % 2 else magnitude
+    return lets.around(
+        tirx.Select(x > zero, magnitude, tirx.Select(x == zero, at_zero, below_zero))
+    )
 
 
 def _lower_pow(call: tirx.Call) -> tirx.PrimExpr:
