@@ -31,6 +31,8 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .rewrite import is_op_call
+
 _F32 = np.float32
 
 
@@ -86,10 +88,6 @@ def _bindings(func: relax.Function) -> dict[relax.Var, Expr]:
     return {b.var: b.value for block in body.blocks for b in block.bindings}
 
 
-def _is_call(expr: Expr | None, name: str) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and str(expr.op.name) == name
-
-
 class _Chain:
     """One quantize's input chain, evaluated as a function of one 8-bit tensor, ``leaf``."""
 
@@ -125,7 +123,7 @@ class _Chain:
             low, high = _RANGE[str(expr.ty.dtype)]
             return np.arange(low, high + 1, dtype=np.int32)
         call = self.bindings.get(expr) if isinstance(expr, relax.Var) else expr
-        if not _is_call(call, "relax.quantize"):
+        if not is_op_call(call, "relax.quantize"):
             raise _NotATable
         assert isinstance(call, Call)
         self.ops.add("relax.quantize")
@@ -143,7 +141,7 @@ def _sources(bindings: dict[relax.Var, Expr], expr: Expr, found: list[relax.Var]
     value = bindings.get(expr) if isinstance(expr, relax.Var) else expr
     if not isinstance(value, Call):
         return
-    if _is_call(value, "relax.dequantize"):
+    if is_op_call(value, "relax.dequantize"):
         source = value.args[0]
         if isinstance(source, relax.Var) and str(source.ty.dtype) in _RANGE:
             if not any(source.same_as(v) for v in found):
@@ -187,7 +185,7 @@ class _TableMutator(PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = binding.value
-        found = _table(self.bindings, value) if _is_call(value, "relax.quantize") else None
+        found = _table(self.bindings, value) if is_op_call(value, "relax.quantize") else None
         if found is None:
             super().visit_var_binding_(binding)
             return
@@ -266,6 +264,6 @@ def lookup_tables(mod: IRModule) -> tuple[IRModule, int]:
 
 def _count_tables(func: relax.Function) -> int:
     return sum(
-        _is_call(value, "relax.take") and isinstance(value.args[0], GenericConst)
+        is_op_call(value, "relax.take") and isinstance(value.args[0], GenericConst)
         for value in _bindings(func).values()
     )

@@ -19,23 +19,19 @@ from dataclasses import asdict
 from functools import partial
 
 from tvm import relax, tirx
-from tvm.ir import IRModule, Op
+from tvm.ir import IRModule
 from tvm.ir.expr import GenericConst
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from convtune.schedules.ops.lrn import LrnParams, lrn_blocked, lrn_nchw
 
-from .rewrite import rewrite_functions
+from .rewrite import is_op_call, rewrite_functions
 
 #: The PrimFunc attribute holding an LRN kernel's parameters (JSON of :class:`LrnParams`).
 LRN_ATTR = "convtune.lrn"
 #: TVM's op pattern kOpaque: FuseOps fuses nothing into or after the kernel.
 OPAQUE = 8
-
-
-def _is_call(expr: Expr | None, name: str) -> bool:
-    return isinstance(expr, Call) and isinstance(expr.op, Op) and str(expr.op.name) == name
 
 
 def _scalar(expr: Expr) -> float | None:
@@ -65,7 +61,7 @@ def match_lrn(bindings: dict[relax.Var, Expr], divide: Call) -> tuple[Expr, LrnP
     expr = denominator
     for name in _CHAIN:
         value = bindings.get(expr) if isinstance(expr, relax.Var) else expr
-        if not _is_call(value, name):
+        if not is_op_call(value, name):
             return None
         assert isinstance(value, Call)
         chain.append(value)
@@ -113,7 +109,7 @@ class _LrnFuser(PyExprMutator):
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         self.bindings[binding.var] = binding.value
         value = binding.value
-        found = match_lrn(self.bindings, value) if _is_call(value, "relax.divide") else None
+        found = match_lrn(self.bindings, value) if is_op_call(value, "relax.divide") else None
         if found is None:
             super().visit_var_binding_(binding)
             return

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from tvm import relax
-from tvm.ir import IRModule
+from tvm.ir import IRModule, Op
+from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator
+
+
+def is_op_call(expr: Expr | None, name: str) -> bool:
+    """Whether ``expr`` is a call of the Relax operator ``name`` ("relax.divide")."""
+    return isinstance(expr, Call) and isinstance(expr.op, Op) and str(expr.op.name) == name
 
 
 def rewrite_functions(rewriter: PyExprMutator, mod: IRModule) -> IRModule:
