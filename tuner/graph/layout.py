@@ -579,18 +579,26 @@ class _BlockingMutator(PyExprMutator):
         emit = self.builder_.emit_output if output else self.builder_.emit
         self.set_var_remap(var, emit(expr, name_hint=var.name))
 
-    def _pad_call_tir(self, var: relax.Var, call: Call) -> bool | None:
-        """``call_tir(pad, (x,))``: the frontend's constant Pad (``topi_pad``); padding only
-        rows and columns, it carries the blocked layout as ``relax.nn.pad``."""
+    def _blocked_call_tir(self, call: Call) -> tuple[object, _Blocked] | None:
+        """The callee and the blocked operand of ``call_tir(f, (x,))`` whose one operand ``x`` is
+        held blocked; None for any other ``call_tir``."""
         func, args = call.args[0], call.args[1]
         if not isinstance(func, tvm.ir.GlobalVar) or not isinstance(args, relax.Tuple):
             return None
         if len(args.fields) != 1 or not isinstance(args.fields[0], relax.Var):
             return None
         src = self.blocked.get(args.fields[0])
-        prim = self.builder_.get()[func]
+        return None if src is None else (self.builder_.get()[func], src)
+
+    def _pad_call_tir(self, var: relax.Var, call: Call) -> bool | None:
+        """``call_tir(pad, (x,))``: the frontend's constant Pad (``topi_pad``); padding only
+        rows and columns, it carries the blocked layout as ``relax.nn.pad``."""
+        found = self._blocked_call_tir(call)
+        if found is None:
+            return None
+        prim, src = found
         pad = constant_pad(prim) if isinstance(prim, tvm.tirx.PrimFunc) else None
-        if src is None or pad is None or len(pad.before) != 4:
+        if pad is None or len(pad.before) != 4:
             return None
         if any(pad.before[:2] + pad.after[:2]):  # batch or channels
             return None
@@ -602,14 +610,12 @@ class _BlockingMutator(PyExprMutator):
     def _lrn_call_tir(self, var: relax.Var, call: Call) -> bool | None:
         """``call_tir(local_response_norm, (x,))`` (``lrn.py``) on a blocked ``x``: the blocked
         kernel, whose window reaches into the neighbouring blocks."""
-        func, args = call.args[0], call.args[1]
-        if not isinstance(func, tvm.ir.GlobalVar) or not isinstance(args, relax.Tuple):
+        found = self._blocked_call_tir(call)
+        if found is None:
             return None
-        params = lrn_params(self.builder_.get()[func])
-        if params is None or len(args.fields) != 1 or not isinstance(args.fields[0], relax.Var):
-            return None
-        src = self.blocked.get(args.fields[0])
-        if src is None or src.channels % src.block:
+        prim, src = found
+        params = lrn_params(prim)
+        if params is None or src.channels % src.block:
             return None
         expr = blocked_lrn_call(self.builder_, src.var, src.channels, params)
         return self._emit_blocked(var, expr, src.channels)
