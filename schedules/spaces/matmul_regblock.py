@@ -48,10 +48,10 @@ whole vectors of columns.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import ClassVar
 
-import numpy as np
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
@@ -120,7 +120,7 @@ def _extents(mod: IRModule) -> tuple[int, int] | None:
     if found is None:
         return None
     *rows, columns, _ = (int(iv.dom.extent) for iv in sch.get(found[0]).iter_vars)
-    return int(np.prod(rows)), columns
+    return math.prod(rows), columns
 
 
 def _columns(mod: IRModule) -> int | None:
