@@ -300,7 +300,7 @@ def tune(
     if result.manifest["untuned_tasks"]:
         console.print(
             f"[yellow]warning:[/] {len(result.manifest['untuned_tasks'])} task(s) have no "
-            "successful trial and run unscheduled loops: "
+            "successful trial and run the default schedule (parallel rows, vector lanes): "
             + ", ".join(result.manifest["untuned_tasks"])
         )
     if result.manifest.get("build_fallback"):

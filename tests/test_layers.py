@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("tuner.search",),),
     (("tuner.measure",),),
     (("tuner.graph",),),
-    (("schedules.spaces",),),
+    (("schedules.spaces", "schedules.untuned"),),
     (("schedules.lowering",),),
     (("schedules.ops",),),
     (

@@ -1,9 +1,11 @@
 """The model as a shared library: built with the best recorded schedules, or with none at all.
 
+A tuned build gives every kernel without a record the default schedule of
+``schedules/untuned.py`` (parallel rows, vector lanes) rather than TVM's unscheduled loop nest.
 The untuned build (no schedules: every kernel is TVM's unscheduled loop nest) goes through the same
 ``model_for_target`` → ``build_library`` path as a tuned artifact, with an empty MetaSchedule
-database. Conformance tests use it to check the compile path itself; ``convtune bench`` uses it as
-the baseline tuning must beat.
+database and no default schedule. Conformance tests use it to check the compile path itself;
+``convtune bench`` uses it as the baseline tuning must beat.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
+from convtune.schedules.untuned import untuned_default_pass
 from convtune.tuner.artifact_files import LIBRARY_NAME
 from convtune.tuner.graph.extract import RelaxModel, fusion_passes, model_for_target
 from convtune.tuner.graph.ingest import IngestedModel
@@ -25,26 +28,36 @@ from convtune.tuner.options import DEFAULT_LAYOUT, Layout, Precision
 
 
 def build_library(
-    relax_model: RelaxModel, database: ms.Database, target: Target, out_dir: Path
+    relax_model: RelaxModel,
+    database: ms.Database,
+    target: Target,
+    out_dir: Path,
+    *,
+    default_schedules: bool = True,
 ) -> Path:
     """Compile with every task's best schedule from ``database``; returns the ``.so`` path.
 
-    A task without a successful record compiles to TVM's unscheduled loops: callers list such tasks
-    (``untuned``) in the manifest instead of hiding them.
+    A task without a successful record gets the default schedule of ``schedules/untuned.py``
+    where it applies (``default_schedules``), else TVM's unscheduled loops: callers list such
+    tasks (``untuned``) in the manifest instead of hiding them.
     """
     use_convtune_lowering()  # as its candidates were lowered when measured
     with target, database, tvm.transform.PassContext(opt_level=3):
-        executable = relax.build(relax_model.mod, target=target, relax_pipeline=_pipeline(target))
+        pipeline = _pipeline(target, default_schedules)  # ApplyDatabase reads the target here
+        executable = relax.build(relax_model.mod, target=target, relax_pipeline=pipeline)
     return _publish(out_dir, lambda partial: executable.export_library(str(partial)))
 
 
-def _pipeline(target: Target) -> tvm.transform.Pass:
+def _pipeline(target: Target, default_schedules: bool) -> tvm.transform.Pass:
     """TVM's ``compile_relax`` pipeline with our fusion passes (``extract.fusion_passes``, which
-    task extraction runs too): fuse, apply the database's schedules, lower and finalize."""
+    task extraction runs too): fuse, apply the database's schedules (and the default one to the
+    functions it has none for), lower and finalize."""
+    defaults = [untuned_default_pass(target)] if default_schedules else []
     passes = [
         *relax.pipeline.library_dispatch_passes(target),
         *fusion_passes(),
         relax.transform.MetaScheduleApplyDatabase(),
+        *defaults,
         # compile_relax's CPU lowering: TVM registers no dataflow_lower_passes for cpu_generic.
         relax.transform.RewriteDataflowReshape(),
         relax.transform.ToNonDataflow(),
@@ -89,4 +102,6 @@ def compile_untuned(
     Raises ``UnsupportedOpError`` when the TVM frontend cannot convert the model.
     """
     relax_model = model_for_target(ingested, target, layout, precision=precision)
-    return build_library(relax_model, ms.database.MemoryDatabase(), target, Path(out_dir))
+    return build_library(
+        relax_model, ms.database.MemoryDatabase(), target, Path(out_dir), default_schedules=False
+    )

@@ -450,7 +450,8 @@ def tune_model(
 def untuned_tasks(
     tasks: Sequence[ModelTask], layers: Sequence[dict[str, Any]], winograd: dict[int, int]
 ) -> list[str]:
-    """Tasks the library runs with no record (unscheduled loops): an alternative kernel the
+    """Tasks the library runs with no record (``schedules/untuned.py``'s default schedule, or
+    TVM's unscheduled loops where that does not apply): an alternative kernel the
     build did not pick (a Winograd task of a conv built direct) does not run at all."""
     built_alternatives = set(winograd)
     names = []

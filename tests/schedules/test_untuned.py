@@ -1,0 +1,126 @@
+"""The default schedule of untuned kernels (schedules/untuned.py): the same results as the
+unscheduled loops, with parallel rows and vector lanes where the rule says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import tvm_ffi
+from tvm import s_tir, te, tirx, topi
+from tvm.ir import IRModule
+
+from convtune.schedules.untuned import PARALLEL_MIN_WORK, default_schedule
+from tests.schedules.kernels import random_args, run
+
+LANES = 16
+
+
+def _bn_relu() -> list[te.Tensor]:
+    """A pre-activation BatchNorm and ReLU of a blocked tensor: four elementwise producers."""
+    x = te.placeholder((1, 6, 14, 14, LANES), name="x")
+    mean = te.placeholder((1, 6, 1, 1, LANES), name="mean")
+    scale = te.placeholder((1, 6, 1, 1, LANES), name="scale")
+    shifted = te.compute(x.shape, lambda n, c, h, w, b: x[n, c, h, w, b] - mean[n, c, 0, 0, b])
+    scaled = te.compute(x.shape, lambda *i: shifted(*i) * scale[i[0], i[1], 0, 0, i[4]])
+    return [x, mean, scale, te.compute(x.shape, lambda *i: te.max(scaled(*i), 0.0))]
+
+
+def _concat() -> list[te.Tensor]:
+    a = te.placeholder((1, 4, 28, 28, LANES), name="a")
+    b = te.placeholder((1, 2, 28, 28, LANES), name="b")
+    return [a, b, topi.concatenate([a, b], axis=1)]
+
+
+def _max_pool() -> list[te.Tensor]:
+    """3x3 stride-2 max pool of a blocked tensor, with its padding as a producer block."""
+    x = te.placeholder((1, 2, 28, 28, LANES), name="x")
+    return [x, topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max", layout="NCHW16c")]
+
+
+def _avg_pool() -> list[te.Tensor]:
+    """2x2 average pool: a sum, then its elementwise division."""
+    x = te.placeholder((1, 3, 28, 28, LANES), name="x")
+    return [x, topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "avg", layout="NCHW16c")]
+
+
+def _global_mean() -> list[te.Tensor]:
+    """GlobalAveragePool of a blocked tensor: a sum over the image, then its division."""
+    x = te.placeholder((1, 64, 7, 7, LANES), name="x")
+    total = topi.sum(x, axis=(2, 3), keepdims=True)
+    return [x, te.compute(total.shape, lambda *i: total(*i) / 49.0, name="mean")]
+
+
+def _unblock() -> list[te.Tensor]:
+    """NCHW16c to NCHW: its reads stride by the block along the output's rows."""
+    x = te.placeholder((1, 2, 56, 56, LANES), name="x")
+    out = te.compute(
+        (1, 2 * LANES, 56, 56), lambda n, c, h, w: x[n, c // LANES, h, w, c % LANES], name="out"
+    )
+    return [x, out]
+
+
+def _tiny() -> list[te.Tensor]:
+    """Too little work to wake the pool: one thread, vector lanes."""
+    x = te.placeholder((1, 1024), name="x")
+    return [x, te.compute(x.shape, lambda *i: x(*i) * 2.0, name="out")]
+
+
+def _softmax() -> list[te.Tensor]:
+    x = te.placeholder((4, 1000), name="x")
+    return [x, topi.nn.softmax(x)]
+
+
+def _mod(build: Callable[[], list[te.Tensor]]) -> IRModule:
+    return IRModule({"main": te.create_prim_func(build())})
+
+
+def _loop_kinds(func: tirx.PrimFunc) -> set[tirx.ForKind]:
+    kinds: set[tirx.ForKind] = set()
+
+    def on_for(loop: tirx.For) -> None:
+        kinds.add(loop.kind)
+
+    tvm_ffi.structural_walk(func.body, (tirx.For, on_for))
+    return kinds
+
+
+def _work(mod: IRModule) -> int:
+    """Iterations of the output block's loops, reductions included (the rule's measure)."""
+    sch = s_tir.Schedule(mod)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    return max(
+        int(np.prod([int(iv.dom.extent) for iv in sch.get(block).iter_vars])) for block in blocks
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "vectorized"),
+    [
+        (_bn_relu, True),
+        (_concat, True),
+        (_max_pool, True),
+        (_avg_pool, True),
+        (_global_mean, True),
+        (_unblock, False),
+        (_tiny, True),
+    ],
+    ids=["bn_relu", "concat", "max_pool", "avg_pool", "global_mean", "unblock", "tiny"],
+)
+def test_default_schedule_computes_the_same_in_parallel_rows(
+    build: Callable[[], list[te.Tensor]], vectorized: bool
+) -> None:
+    mod = _mod(build)
+    sch = default_schedule(mod["main"], LANES)
+    assert sch is not None
+    kinds = _loop_kinds(sch.mod["main"])
+    assert (tirx.ForKind.VECTORIZED in kinds) is vectorized
+    assert (tirx.ForKind.PARALLEL in kinds) is (_work(mod) >= PARALLEL_MIN_WORK)
+    args = random_args(mod)
+    np.testing.assert_allclose(run(sch.mod, args), run(mod, args), rtol=1e-5, atol=1e-6)
+
+
+def test_default_schedule_declines_two_reductions() -> None:
+    """Softmax (a max and a sum over the row) is the row-reduction space's, not this rule's."""
+    assert default_schedule(_mod(_softmax)["main"], LANES) is None
