@@ -193,6 +193,50 @@ def test_other_convtransposes_are_left_to_the_frontend(attrs: dict) -> None:
     assert [n.op_type for n in out.graph.node] == ["ConvTranspose"]
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_classifier_conv_at_one_pixel_becomes_a_gemm(bias: bool) -> None:
+    rng = np.random.default_rng(2)
+    channels, classes = 1024, nz.GEMV_MIN_WEIGHTS // 1024
+    inits = [
+        ("w", rng.standard_normal((classes, channels, 1, 1)).astype(np.float32)),
+        ("b", rng.standard_normal(classes).astype(np.float32)),
+    ]
+    model = _model(
+        [
+            helper.make_node("Conv", ["x", "w", "b"][: 3 if bias else 2], ["c"], name="fc"),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        [("x", [1, channels, 1, 1])],
+        [("y", None)],
+        inits if bias else inits[:1],
+    )
+    out, applied = nz.normalize(model)
+    assert applied == ["pointwise-gemv"]
+    assert _ops(out) == ["Reshape", "Gemm", "Reshape", "Relu"]
+    assert next(n for n in out.graph.node if n.op_type == "Gemm").name == "fc"
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize(
+    ("pixels", "channels", "classes"),
+    [
+        (2, 1024, 512),  # not one pixel
+        (1, 960, 240),  # a squeeze-excitation bottleneck's weights: stays a conv
+    ],
+)
+def test_other_pointwise_convs_stay_convs(pixels: int, channels: int, classes: int) -> None:
+    w = np.random.default_rng(3).standard_normal((classes, channels, 1, 1)).astype(np.float32)
+    model = _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"])],
+        [("x", [1, channels, pixels, pixels])],
+        [("y", None)],
+        [("w", w)],
+    )
+    out, applied = nz.normalize(model)
+    assert "pointwise-gemv" not in applied
+    assert _ops(out) == ["Conv"]
+
+
 @pytest.mark.parametrize("p", [1, 2])
 def test_lp_normalization_is_lowered(p: int) -> None:
     model = _model(

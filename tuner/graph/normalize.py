@@ -24,6 +24,9 @@ Rewrites, in order:
 - ``subpixel-convtranspose``: a ConvTranspose becomes a Conv computing every output phase, a
   pixel shuffle and a Slice of its pads, for speed: TVM compiles ConvTranspose NCHW in no space
   of ours, the Conv runs blocked (measured in the function's docstring).
+- ``pointwise-gemv``: a 1x1 Conv of a 1x1 image with a classifier's weights (at least
+  :data:`GEMV_MIN_WEIGHTS`) becomes Reshape, Gemm and Reshape, for speed: a matrix-vector
+  product the matmul space streams, not a conv with one pixel to block over.
 - ``lpnorm``: LpNormalization becomes ``x / ReduceL1|ReduceL2(x, axis)``.
 - ``batchnorm``: a BatchNormalization in training mode (batch statistics, and the running
   statistics outputs) is spelled out.
@@ -931,12 +934,60 @@ def _lower_legacy_prelu(g: _Graph, node: onnx.NodeProto, index: int) -> list[onn
     return [node]
 
 
+#: Fewest weights of a 1x1 Conv at one pixel that ``pointwise-gemv`` turns into a Gemm: a
+#: classifier's (DenseNet's 1024→1000, MobileNetV3's 960→1280), not a squeeze-excitation
+#: bottleneck's (at most 960→240 in the corpus), which stays a conv between blocked tensors.
+GEMV_MIN_WEIGHTS = 1 << 19
+
+
+def _pointwise_gemv(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    return _replace_nodes(model, "Conv", _lower_pointwise_gemv)
+
+
+def _lower_pointwise_gemv(
+    g: _Graph, node: onnx.NodeProto, index: int
+) -> list[onnx.NodeProto] | None:
+    """A 1x1 Conv of a 1x1 image with at least :data:`GEMV_MIN_WEIGHTS` weights (a classifier
+    after global pooling) as Reshape, Gemm and Reshape: a matrix-vector product, bound by
+    reading the weights once, which the matmul space's column panels stream in order. As a
+    conv its loop nest has one pixel to block over: DenseNet-121's 1024→1000 took 1.40 ms
+    against onnxruntime's 0.17 (AMX Xeon, 2026-12-05)."""
+    attrs = _attrs(node)
+    x_shape, w = g.shapes.get(node.input[0]), g.const(node.input[1])
+    if x_shape is None or w is None or len(x_shape) != 4 or w.ndim != 4:
+        return None
+    n, channels, height, width = x_shape
+    out_channels = w.shape[0]
+    if (
+        (height, width) != (1, 1)
+        or w.shape[1:] != (channels, 1, 1)
+        or w.size < GEMV_MIN_WEIGHTS
+        or attrs.get("group", 1) != 1
+        or any(int(p) for p in attrs.get("pads", []))
+        or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID")
+    ):
+        return None
+    y, base = node.output[0], node.name or node.output[0]
+    rows, product = g.fresh(f"{y}_rows"), g.fresh(f"{y}_product")
+    inputs = [rows, g.add_const(f"{y}_w2d", np.ascontiguousarray(w.reshape(out_channels, -1)))]
+    if len(node.input) > 2 and node.input[2]:
+        inputs.append(node.input[2])
+    shape2 = g.add_const(f"{y}_shape2", np.array([n, channels], np.int64))
+    shape4 = g.add_const(f"{y}_shape4", np.array([n, out_channels, 1, 1], np.int64))
+    return [
+        helper.make_node("Reshape", [node.input[0], shape2], [rows], name=f"{base}/rows"),
+        helper.make_node("Gemm", inputs, [product], transB=1, name=node.name),
+        helper.make_node("Reshape", [product, shape4], [y], name=f"{base}/pixels"),
+    ]
+
+
 _REWRITES: tuple[tuple[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]], ...] = (
     ("legacy-prelu", _legacy_prelu),
     ("opset", _upgrade_opset),
     ("resize", _resize),
     ("convtranspose", _convtranspose),
     ("subpixel-convtranspose", _subpixel_convtranspose),
+    ("pointwise-gemv", _pointwise_gemv),
     ("lpnorm", _lpnorm),
     ("batchnorm", _batchnorm),
     ("spacetodepth", _space_to_depth),
