@@ -285,6 +285,27 @@ def channel_shuffle() -> onnx.ModelProto:
     return n.model(n.conv(s, 32, 16), "channel_shuffle")
 
 
+def grouped_half_blocks() -> onnx.ModelProto:
+    """A grouped 1x1 conv of 24 channels per group on 48-channel tensors (ShuffleNet's 544 in
+    four groups of 136): 48 is half-blocked, so the grouped conv and the residual Add around
+    it stay blocked."""
+    n = Net()
+    a = n.conv("x", 16, 48)
+    b = n.conv(a, 48, 48, kernel=1, group=2)
+    return n.model(n.conv(n.op("Add", [a, b]), 48, 16), "grouped_half_blocks")
+
+
+def channel_shuffle_side_use() -> onnx.ModelProto:
+    """The shuffle's swapped stage is also a model output: it is rebuilt in NCHW from the
+    blocked source for that reader alone."""
+    n = Net()
+    a = n.conv("x", 16, 32)
+    r = n.op("Reshape", [a, n.const(_ints([1, 2, 16, 8, 8]))])
+    t = n.op("Transpose", [r], perm=[0, 2, 1, 3, 4])
+    s = n.op("Reshape", [t, n.const(_ints([1, 32, 8, 8]))])
+    return n.model([n.conv(s, 32, 16), t], "channel_shuffle_side_use")
+
+
 def activation(kind: str) -> Callable[[], onnx.ModelProto]:
     def build() -> onnx.ModelProto:
         n = Net()
@@ -507,7 +528,14 @@ CASES: dict[str, Case] = {
     "dropout": Case(dropout, blocked=2, transforms=2),
     "flatten_gemm": Case(flatten_gemm, blocked=2, transforms=2),
     "reshape_after_conv": Case(reshape_after_conv, blocked=2, transforms=2),
-    "channel_shuffle": Case(channel_shuffle, blocked=2, transforms=4),
+    # input in, output out, and the shuffle itself: one gather from block to block (was 4:
+    # the shuffle in NCHW between a transform to NCHW and one back)
+    "channel_shuffle": Case(channel_shuffle, blocked=2, transforms=3),
+    # and the side reader's NCHW copy of the source
+    "channel_shuffle_side_use": Case(channel_shuffle_side_use, blocked=2, transforms=4),
+    # input in, output out: the 48-channel tensors in NCHW8c (tuner/graph/layout.py's
+    # half_blocked_counts), the grouped conv blocked between them
+    "grouped_half_blocks": Case(grouped_half_blocks, blocked=3, transforms=2),
     "silu": Case(activation("silu"), blocked=2, transforms=2),
     "hardswish": Case(activation("hardswish"), blocked=2, transforms=2),
     "sigmoid": Case(activation("sigmoid"), blocked=2, transforms=2),

@@ -59,7 +59,7 @@ from convtune.schedules.ops.isa import vector_lanes
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
-from .pixel_shuffle import DCR_AXES, Shuffle
+from .pixel_shuffle import ChannelShuffle, Shuffle
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -174,6 +174,8 @@ class LayoutPlan:
     #: Convs (graph order) the caller asks to run as Winograd, with their output tile; only
     #: eligible ones do (``ConvLayout.winograd_eligible``).
     winograd_tiles: dict[int, int] = field(default_factory=dict)
+    #: Channel counts held in half-register blocks for grouped convs (:func:`half_blocked_counts`).
+    half_blocked: list[int] = field(default_factory=list)
     #: The conv (graph order) whose rewrite raised, and what it raised.
     failure: tuple[int, BaseException] | None = field(default=None, repr=False)
 
@@ -187,6 +189,7 @@ class LayoutPlan:
             "blocked_convs": self.blocked_convs,
             "nchw_convs": len(self.convs) - self.blocked_convs,
             "transforms": self.transforms,
+            "half_blocked": self.half_blocked,
             "fallback": self.fallback,
             "convs": [c.as_dict() for c in self.convs],
         }
@@ -222,17 +225,54 @@ def _scalar(expr: Expr) -> bool:
     return isinstance(expr, GenericConst) and expr.value.numpy().size == 1
 
 
-def channel_block(channels: int, lanes: int) -> int | None:
+def channel_block(
+    channels: int, lanes: int, half_blocked: frozenset[int] = frozenset()
+) -> int | None:
     """The block (NCHW{block}c) a tensor of ``channels`` is held in on a target of ``lanes`` fp32
     lanes: a whole register when it divides the channels, else half of one if that is still 8
-    lanes (a ymm register), else None (NCHW).
+    lanes (a ymm register), else None (NCHW). A count in ``half_blocked``
+    (:func:`half_blocked_counts`: a grouped conv's groups split its whole blocks) takes the
+    half register first.
 
     Half a register is the AVX2 width on an AVX-512 machine: half the FMA throughput per
     instruction, but the 1x1 and depthwise convs of these narrow stages are bound by memory,
     and in NCHW their vector axis was the image width, with unaligned loads at every tap. An
     AVX2 target gets no 4-lane blocks: nothing measured them, and the channel counts they would
     add (multiples of 4, not of 8) are squeeze-excitation bottlenecks of 1x1 pixel."""
-    return next((block for block in channel_blocks(lanes) if channels % block == 0), None)
+    blocks = channel_blocks(lanes)
+    if channels in half_blocked:
+        blocks = blocks[::-1]
+    return next((block for block in blocks if channels % block == 0), None)
+
+
+def half_blocked_counts(mod: IRModule, lanes: int) -> frozenset[int]:
+    """The channel counts of ``mod`` held in half-register blocks so that a grouped conv runs
+    blocked: a grouped (not depthwise) conv whose channels per group the half register divides
+    and the whole one does not, on either side. ShuffleNet's 544-channel tensors split into
+    four groups of 136 (17 blocks of 8, 8.5 of 16): in 16-channel blocks its grouped 1×1 convs
+    stayed NCHW, 0.25 ms each at 7×7 against onnxruntime's 0.09 (AMX Xeon, 2026-12-05). Every
+    tensor of such a count is half-blocked, so elementwise ops between them still agree."""
+    half = lanes // 2
+    if half < 8:
+        return frozenset()
+    counts: set[int] = set()
+
+    def visit(expr: Expr) -> None:
+        if not (isinstance(expr, Call) and expr.op == _CONV2D):
+            return
+        groups = int(expr.attrs.groups)
+        x_shape, w_shape = _shape(expr.args[0]), _shape(expr.args[1])
+        if groups == 1 or x_shape is None or w_shape is None or groups == x_shape[1]:
+            return
+        for channels in (x_shape[1], w_shape[0]):
+            per_group = channels // groups
+            if per_group % lanes and per_group % half == 0:
+                counts.add(channels)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return frozenset(counts)
 
 
 def channel_blocks(lanes: int) -> tuple[int, ...]:
@@ -292,6 +332,7 @@ class _BlockingMutator(PyExprMutator):
         super().__init__(mod)
         self.plan = plan
         self.lanes = plan.lanes
+        self.half_blocked = frozenset(plan.half_blocked)
         self.forced_nchw = forced_nchw
         # old var -> its blocked version (that var has NO NCHW binding until one is needed)
         self.blocked: dict[relax.Var, _Blocked] = {}
@@ -299,7 +340,7 @@ class _BlockingMutator(PyExprMutator):
         self.blocked_tuples: dict[relax.Var, tuple[relax.Var, list[int]]] = {}
         # old var of a depth-to-space's intermediate -> its blocked value, the shuffle, and
         # whether it is past the permutation
-        self.shuffled: dict[relax.Var, tuple[relax.Var, Shuffle, bool]] = {}
+        self.shuffled: dict[relax.Var, tuple[relax.Var, Shuffle | ChannelShuffle, bool]] = {}
         # old var bound to a tuple literal -> its blocked fields by index
         self.tuple_fields: dict[relax.Var, dict[int, _Blocked]] = {}
         self.nchw_cache: dict[relax.Var, relax.Var] = {}
@@ -307,7 +348,7 @@ class _BlockingMutator(PyExprMutator):
         self.conv_count = 0
 
     def _block(self, channels: int) -> int | None:
-        return channel_block(channels, self.lanes)
+        return channel_block(channels, self.lanes, self.half_blocked)
 
     def _known_block(self, channels: int) -> int:
         """The block of a tensor this pass has already blocked (so its channels have one)."""
@@ -789,7 +830,7 @@ class _BlockingMutator(PyExprMutator):
             # 96-channel NCHW16c conv): re-blocked at the low resolution in the shuffle's own
             # fused pass. Through NCHW it was a transform to NCHW at 80², the shuffle, and one
             # back to NCHW8c at 160²: 0.10 + 0.30 + 0.25 ms of PP-OCRv5 det's 4.65 (Zen 5).
-            shuffle = next(
+            started: Shuffle | ChannelShuffle | None = next(
                 (
                     found
                     for block in channel_blocks(self.lanes)
@@ -797,17 +838,17 @@ class _BlockingMutator(PyExprMutator):
                     and (found := Shuffle.of_split(in_shape, block, out_shape)) is not None
                 ),
                 None,
-            )
-            if shuffle is None:
+            ) or ChannelShuffle.of_split(in_shape, held.block, out_shape)
+            if started is None:
                 return None
-            source = self._reblocked(held.var, held.block, shuffle.block)
-            new = self.builder_.emit(shuffle.split(source), name_hint=var.name)
-            self.shuffled[var] = (new, shuffle, False)
+            source = self._reblocked(held.var, held.block, started.block)
+            new = self.builder_.emit(started.split(source), name_hint=var.name)
+            self.shuffled[var] = (new, started, False)
             return True
         value, shuffle, moved = self.shuffled[src]
         if call.op.name == "relax.permute_dims" and not moved:
             axes = call.attrs.axes
-            if axes is None or tuple(int(a) for a in axes) != DCR_AXES:
+            if axes is None or tuple(int(a) for a in axes) != shuffle.axes:
                 return None
             new = self.builder_.emit(shuffle.move(value), name_hint=var.name)
             self.shuffled[var] = (new, shuffle, True)
@@ -946,10 +987,12 @@ def plan_blocked_layout(
     ``winograd_tiles`` runs the listed eligible ones as Winograd with the given tile. Raises
     ``ConvBlockingError`` naming the conv whose rewrite failed; callers retry without it.
     """
+    lanes = vector_lanes(target)
     plan = LayoutPlan(
-        lanes=vector_lanes(target),
+        lanes=lanes,
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
+        half_blocked=sorted(half_blocked_counts(mod, lanes)),
     )
     rewriter = _BlockingMutator(mod, plan, frozenset(plan.forced_nchw))
     try:

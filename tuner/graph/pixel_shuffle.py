@@ -1,4 +1,5 @@
-"""Depth-to-space (a pixel shuffle in DCR order) carried on a blocked tensor.
+"""Depth-to-space (a pixel shuffle in DCR order) and ShuffleNet's channel shuffle carried on a
+blocked tensor.
 
 DB text detectors and U-Nets upsample with 2×2 stride-2 ConvTransposes, which the normalizer turns
 into a 1×1 conv to ``s1·s2·C`` channels ordered (i, j, c) and a DCR depth-to-space
@@ -17,18 +18,22 @@ shuffle (0.20 + 0.34 ms of its 15 ms kernels, Zen 3, 2026-12-03).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from tvm import relax
 from tvm.relax import Expr
 
 #: The DCR depth-to-space permutation of (N, s1, s2, C, H, W).
 DCR_AXES = (0, 3, 4, 1, 5, 2)
+#: The channel shuffle's permutation of (N, g, C/g, H, W).
+CHANNEL_SHUFFLE_AXES = (0, 2, 1, 3, 4)
 
 
 @dataclass(frozen=True)
 class Shuffle:
     """A depth-to-space of a blocked tensor of ``s1·s2·channels`` channels, block ``block``."""
 
+    axes: ClassVar[tuple[int, ...]] = DCR_AXES
     n: int
     s1: int
     s2: int
@@ -82,4 +87,68 @@ class Shuffle:
         return relax.op.reshape(lanes_in, shape)
 
 
-__all__ = ["DCR_AXES", "Shuffle"]
+@dataclass(frozen=True)
+class ChannelShuffle:
+    """ShuffleNet's channel shuffle of a blocked tensor of ``channels`` channels in ``groups``:
+    reshape to (N, g, C/g, H, W), swap the two channel axes, reshape back, so channel
+    ``k·g + i`` of the result is channel ``i·C/g + k`` of the source. Lanes move between
+    blocks, so the split and the swap stay symbolic (the blocked source carried along) and the
+    merge is one gather from block to block (a ``layout_transform`` by that index map). In NCHW
+    the shuffle cost a transform to NCHW before it and one back after it, and kept the
+    depthwise conv that reads it NCHW."""
+
+    axes: ClassVar[tuple[int, ...]] = CHANNEL_SHUFFLE_AXES
+    n: int
+    groups: int
+    channels: int
+    h: int
+    w: int
+    block: int
+
+    @classmethod
+    def of_split(
+        cls, src_shape: tuple[int, ...], block: int, out_shape: tuple[int, ...] | None
+    ) -> ChannelShuffle | None:
+        """The shuffle whose first reshape takes an NCHW ``src_shape`` to ``out_shape``, or
+        None if that reshape is not a (g, C/g) split of the channels."""
+        if out_shape is None or len(out_shape) != 5 or len(src_shape) != 4:
+            return None
+        n, groups, per_group, h, w = out_shape
+        if (n, h, w) != (src_shape[0], src_shape[2], src_shape[3]):
+            return None
+        if groups * per_group != src_shape[1] or src_shape[1] % block:
+            return None
+        return cls(n, groups, src_shape[1], h, w, block)
+
+    @property
+    def merged_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.channels, self.h, self.w)
+
+    def split(self, blocked: Expr) -> Expr:
+        return blocked
+
+    def move(self, split: Expr) -> Expr:
+        return split
+
+    def merge(self, moved: Expr) -> Expr:
+        block, groups, per_group = self.block, self.groups, self.channels // self.groups
+
+        def index(n: Any, cb: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+            channel = cb * block + b
+            shuffled = channel % per_group * groups + channel // per_group
+            return (n, shuffled // block, h, w, shuffled % block)
+
+        return relax.op.layout_transform(moved, index)
+
+    def unblocked(self, value: Expr, moved: bool) -> Expr:
+        """The value an NCHW consumer expects from the split or the swapped stage, from the
+        blocked source."""
+        block = self.block
+        nchw = relax.op.layout_transform(value, lambda n, c, h, w, b: (n, c * block + b, h, w))
+        split = relax.op.reshape(
+            nchw, (self.n, self.groups, self.channels // self.groups, self.h, self.w)
+        )
+        return relax.op.permute_dims(split, list(self.axes)) if moved else split
+
+
+__all__ = ["CHANNEL_SHUFFLE_AXES", "DCR_AXES", "ChannelShuffle", "Shuffle"]
