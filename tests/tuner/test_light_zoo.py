@@ -32,11 +32,13 @@ def _events():
         # every conv blocked (the stem NCHW in, blocked out; the 512→1000 classifier writes
         # half blocks of 8 on AVX-512): one transform, after the classifier
         ("light_squeezenet", {16: (26, 1), 8: (26, 1)}),
-        # 17 or 34 channels per group: NCHW; the 24-channel stem writes blocks of 8, carried
+        # 34 or 68 channels per group: NCHW; the 24-channel stem writes blocks of 8, carried
         # through its BatchNorm, ReLU and max pool to 56² (then NCHW), and through the average
-        # pool of the first shortcut (NCHW at 28²). On AVX2 the 136- and 272-channel convs
-        # between the shuffles are blocked too, as islands.
-        ("light_shufflenet", {16: (1, 2), 8: (7, 10)}),
+        # pool of the first shortcut (NCHW at 28²). On AVX-512 the 544-channel stage is in
+        # blocks of 8 (groups of 136), its grouped convs, shuffles and depthwise convs blocked;
+        # on AVX2 the 136- and 272-channel convs between the shuffles are blocked too. Either
+        # way 10 blocked convs and 7 transforms (the shuffles carried blocked).
+        ("light_shufflenet", {16: (10, 7), 8: (10, 7)}),
     ],
 )
 def test_light_zoo_model_tunes_and_verifies_blocked(

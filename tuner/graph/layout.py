@@ -9,7 +9,9 @@ on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a mod
   24-, 40-, 72- and 120-channel stages are blocked too (by 8 on AVX-512; they were NCHW, and the
   24-channel stage of MobileNetV2 alone cost 0.46 ms more than onnxruntime's, more than the
   whole model's gap). A tensor's block is a function of its channel count, so every op on
-  same-shaped tensors sees the same block;
+  same-shaped tensors sees the same block; a count whose grouped convs have groups the half
+  register divides and the whole one does not takes the half register (ShuffleNet's 544
+  channels in groups of 136: :func:`half_blocked_counts`);
 - each ``conv2d`` is decided alone, by the conv kinds of ``conv_kinds/`` (one module per kind,
   registered in ``CONV_KINDS``): blocked (``NCHW{a}c`` data, ``OIHW{a}i{b}o`` weights,
   ``NCHW{b}c`` out, a and b the blocks of its input and output) when its input and output
@@ -24,7 +26,8 @@ on ShuffleNet and the Caffe2 ResNet-50). This pass is ours and cannot fail a mod
   count_include_pad included), the spatial mean of GlobalAveragePool, Concat and Split along
   channels when every piece is a whole number of blocks, Resize, Dropout, and a DCR
   depth-to-space (reshape, permute, reshape: the upsampling ConvTranspose of DB and U-Net heads
-  after ``normalize``) whose output channels are a whole number of blocks (``pixel_shuffle``);
+  after ``normalize``) whose output channels are a whole number of blocks, and ShuffleNet's
+  channel shuffle as one gather from block to block (``pixel_shuffle``);
 - any other op gets its operands back in NCHW through one ``layout_transform`` per tensor
   (cached: a tensor read by several NCHW ops is transformed once). So the graph becomes blocked
   islands with transforms only at their edges, and an op the pass does not know merely costs a
