@@ -17,6 +17,7 @@ shuffle (0.20 + 0.34 ms of its 15 ms kernels, Zen 3, 2026-12-03).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -27,6 +28,20 @@ from tvm.relax import Expr
 DCR_AXES = (0, 3, 4, 1, 5, 2)
 #: The channel shuffle's permutation of (N, g, C/g, H, W).
 CHANNEL_SHUFFLE_AXES = (0, 2, 1, 3, 4)
+
+
+def _channel_split(
+    src_shape: tuple[int, ...], out_shape: tuple[int, ...] | None, count: int
+) -> tuple[int, ...] | None:
+    """The ``count`` dims a reshape of NCHW ``src_shape`` to ``out_shape`` splits the channels
+    into (N, H and W kept), or None when the reshape is not such a split."""
+    if out_shape is None or len(out_shape) != count + 3 or len(src_shape) != 4:
+        return None
+    n, channels, h, w = src_shape
+    dims = tuple(out_shape[1:-2])
+    if (out_shape[0], *out_shape[-2:]) != (n, h, w) or math.prod(dims) != channels:
+        return None
+    return dims
 
 
 @dataclass(frozen=True)
@@ -48,13 +63,11 @@ class Shuffle:
     ) -> Shuffle | None:
         """The shuffle whose first reshape takes an NCHW ``src_shape`` to ``out_shape``; None if
         that reshape is not a (s1, s2, C) split of the channels with ``block`` dividing C."""
-        if out_shape is None or len(out_shape) != 6 or len(src_shape) != 4:
+        dims = _channel_split(src_shape, out_shape, 3)
+        if dims is None or dims[2] % block:
             return None
-        n, s1, s2, channels, h, w = out_shape
-        if (n, h, w) != (src_shape[0], src_shape[2], src_shape[3]):
-            return None
-        if s1 * s2 * channels != src_shape[1] or channels % block:
-            return None
+        n, _, h, w = src_shape
+        s1, s2, channels = dims
         return cls(n, s1, s2, channels, h, w, block)
 
     @property
@@ -111,14 +124,11 @@ class ChannelShuffle:
     ) -> ChannelShuffle | None:
         """The shuffle whose first reshape takes an NCHW ``src_shape`` to ``out_shape``, or
         None if that reshape is not a (g, C/g) split of the channels."""
-        if out_shape is None or len(out_shape) != 5 or len(src_shape) != 4:
+        dims = _channel_split(src_shape, out_shape, 2)
+        if dims is None or src_shape[1] % block:
             return None
-        n, groups, per_group, h, w = out_shape
-        if (n, h, w) != (src_shape[0], src_shape[2], src_shape[3]):
-            return None
-        if groups * per_group != src_shape[1] or src_shape[1] % block:
-            return None
-        return cls(n, groups, src_shape[1], h, w, block)
+        n, channels, h, w = src_shape
+        return cls(n, dims[0], channels, h, w, block)
 
     @property
     def merged_shape(self) -> tuple[int, int, int, int]:
