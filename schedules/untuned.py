@@ -7,11 +7,14 @@ for last. Measured on DenseNet-121 on an AMX Xeon (2 threads): its 58 pre-activa
 BatchNorm+ReLU kernels took 0.13-1.7 ms each unscheduled and 0.005-0.08 ms with this schedule
 (20-40×); a 3-minute tune left 86 such tasks untuned, 12.5 ms of the model's 41.9.
 
-The rule is deterministic and needs no measurement: producers inlined into the one block that
-writes the output, the outer loops fused and run in parallel when there is enough work to share,
-the innermost loop vectorized (the channel block of an NCHW[x]c tensor); a reduction's loops go
-inside the spatial ones so the innermost spatial axis stays the vector one. A function it does
-not recognise (anything with more than one block left) stays unscheduled, as before.
+The rule is deterministic and needs no measurement: elementwise producers inlined, the outer
+loops of the output block fused and run in parallel when there is enough work to share, the
+innermost loop vectorized (the channel block of an NCHW[x]c tensor) when every read is
+contiguous along it (a layout transform's gathers stay scalar); a reduction's loops go inside
+the spatial ones so the innermost spatial axis stays the vector one, and one elementwise
+consumer of a reduction (average pooling's division) is computed in the reduction's rows. A
+function it does not fit (two reductions, as in softmax, whose row-reduction space measures
+better; symbolic extents) stays unscheduled, as before.
 """
 
 from __future__ import annotations
@@ -41,16 +44,14 @@ def untuned_default_pass(target: Target) -> tvm.transform.Pass:
     lanes = vector_lanes(target)
 
     def transform(mod: IRModule, _: tvm.transform.PassContext) -> IRModule:
-        updates = {}
+        functions = {}
         for gvar, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc) or func.attrs.get(SCHEDULED, False):
-                continue
-            sch = default_schedule(func, lanes)
-            if sch is not None:
-                updates[gvar] = sch.mod["main"].with_attr(SCHEDULED, True)
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
+            if isinstance(func, tirx.PrimFunc) and not func.attrs.get(SCHEDULED, False):
+                sch = default_schedule(func, lanes)
+                if sch is not None:
+                    func = sch.mod["main"].with_attr(SCHEDULED, True)
+            functions[gvar] = func
+        return IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
 
     return tvm.transform.module_pass(transform, opt_level=0, name="UntunedDefault")
 
