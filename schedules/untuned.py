@@ -146,11 +146,9 @@ def _vector_under_reduction(
         return
     sch.vectorize(inner)
     if reduction:
-        # After vectorizing: the update block has no init left, so no primitive takes it after.
-        init = sch.decompose_reduction(block, reduction[0])
-        init_inner = sch.get_loops(init)[-1]
-        if sch.get(init_inner).kind != tirx.ForKind.VECTORIZED:
-            sch.vectorize(init_inner)
+        # After vectorizing: the update block has no init left, so no primitive takes it after;
+        # the init's copy of ``inner`` keeps its vector kind.
+        sch.decompose_reduction(block, reduction[0])
 
 
 def _extent(sch: s_tir.Schedule, loop: s_tir.schedule.LoopRV) -> int:
