@@ -12,6 +12,7 @@ from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGeneratorUnion
 from tvm.target import Target
 
+from ..untuned import DEFAULT_SCHEDULE
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .bf16_dot import Bf16DotConvSpace
 from .blocked_pool import BlockedPoolSpace
@@ -72,9 +73,11 @@ def union_space(
 
 def space_of(trace_text: str, spaces: Sequence[ScheduleSpace] = SPACES) -> str:
     """Which space a candidate came from, read off its trace (JSON or text form): the space named
-    by its :data:`~convtune.schedules.base.SPACE_ANNOTATION`, else the generic space."""
+    by its :data:`~convtune.schedules.base.SPACE_ANNOTATION` (one of ``spaces``, or the default
+    rule of ``schedules/untuned.py``), else the generic space."""
     if SPACE_ANNOTATION in trace_text:
-        for space in spaces:
-            if space.name != DEFAULT_SPACE and f'"{space.name}"' in trace_text.replace('\\"', '"'):
-                return space.name
+        names = [DEFAULT_SCHEDULE, *(space.name for space in spaces)]
+        for name in names:
+            if name != DEFAULT_SPACE and f'"{name}"' in trace_text.replace('\\"', '"'):
+                return name
     return DEFAULT_SPACE

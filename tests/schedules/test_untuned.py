@@ -10,8 +10,10 @@ import pytest
 import tvm_ffi
 from tvm import s_tir, te, tirx, topi
 from tvm.ir import IRModule
+from tvm.script import tirx as T
 
-from convtune.schedules.untuned import PARALLEL_MIN_WORK, default_schedule
+from convtune.schedules.spaces.registry import space_of
+from convtune.schedules.untuned import DEFAULT_SCHEDULE, PARALLEL_MIN_WORK, default_schedule
 from tests.schedules.kernels import random_args, run
 
 LANES = 16
@@ -124,3 +126,39 @@ def test_default_schedule_computes_the_same_in_parallel_rows(
 def test_default_schedule_declines_two_reductions() -> None:
     """Softmax (a max and a sum over the row) is the row-reduction space's, not this rule's."""
     assert default_schedule(_mod(_softmax)["main"], LANES) is None
+
+
+@T.prim_func(private=True, s_tir=True)
+def _blocked_shuffle(
+    x: T.Buffer((1, 17, 7, 7, 8), "float32"), out: T.Buffer((1, 17, 7, 7, 8), "float32")
+) -> None:
+    """A channel shuffle of an NCHW8c tensor (4 groups of 34 channels), as Relax lowers
+    ShuffleNet's blocked shuffle: a layout transform whose every lane goes to another block."""
+    for n, c, h, w, b in T.grid(1, 17, 7, 7, 8):
+        with T.sblock("shuffle"):
+            vn, vc, vh, vw, vb = T.axis.remap("SSSSS", [n, c, h, w, b])
+            out[
+                vn,
+                ((vc * 8 + vb) % 34 * 4 + (vc * 8 + vb) // 34) // 8,
+                vh,
+                vw,
+                ((vc * 8 + vb) % 34 * 4 + (vc * 8 + vb) // 34) % 8,
+            ] = x[vn, vc, vh, vw, vb]
+
+
+def test_default_schedule_declines_scattered_writes() -> None:
+    """Parallel rows of the blocked shuffle ran 30× slower than its unscheduled loops (Zen 4)."""
+    assert default_schedule(_blocked_shuffle, LANES) is None
+
+
+def test_default_schedule_names_its_space_and_replays() -> None:
+    """The search records the rule's schedule as the ``default`` space, and the build replays
+    its trace on the task's function to the same kernel."""
+    mod = _mod(_max_pool)
+    sch = default_schedule(mod["main"], LANES)
+    assert sch is not None
+    trace = sch.trace.as_json()
+    assert space_of(str(trace)) == DEFAULT_SCHEDULE
+    fresh = s_tir.Schedule(mod)
+    s_tir.Trace.apply_json_to_schedule(trace, fresh)
+    assert tvm_ffi.structural_equal(fresh.mod, sch.mod), "the trace did not replay"

@@ -183,3 +183,31 @@ def test_a_task_stopped_for_lack_of_progress_is_not_planned_again(setup) -> None
     assert plan_search(tasks, database, 10, retune=True, searched_key=key).remaining(conv) > 0
     other = exhaustion_key(SPACES[:1])
     assert plan_search(tasks, database, 10, retune=False, searched_key=other).remaining(conv) > 0
+
+
+def test_floor_candidates_are_the_unscheduled_function_and_the_default_rule() -> None:
+    """A non-anchor task's floor: its function unscheduled (an empty trace) and the default
+    rule's schedule, each recorded under the ``default`` space; a function the rule declines
+    (softmax) has the first only."""
+    from tvm import te, topi
+    from tvm.ir import IRModule
+
+    from convtune.schedules.spaces.registry import SPACES
+    from convtune.schedules.untuned import DEFAULT_SCHEDULE
+    from convtune.tuner.search.recording import floor_candidates, trial_space
+
+    x = te.placeholder((1, 4, 28, 28, 16), name="x")
+    pool = topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max", layout="NCHW16c")
+    pooling = IRModule({"main": te.create_prim_func([x, pool])})
+    unscheduled, rule = floor_candidates(pooling, 16)
+    assert not unscheduled.sch.trace.insts and rule.sch.trace.insts
+    for candidate in (unscheduled, rule):
+        trace = str(candidate.sch.trace.as_json())
+        assert trial_space(candidate.sch, trace, SPACES) == DEFAULT_SCHEDULE
+        assert [list(a.shape) for a in candidate.args_info] == [
+            [1, 4, 28, 28, 16],
+            [1, 4, 14, 14, 16],
+        ]
+    row = te.placeholder((4, 1000), name="row")
+    softmax = IRModule({"main": te.create_prim_func([row, topi.nn.softmax(row)])})
+    assert len(floor_candidates(softmax, 16)) == 1

@@ -19,9 +19,10 @@ from tvm.s_tir.meta_schedule.search_strategy import (
 from convtune.db.ms_database import SQLDatabase
 from convtune.schedules.spaces.base import ScheduleSpace
 from convtune.schedules.spaces.registry import space_of
+from convtune.schedules.untuned import DEFAULT_SCHEDULE, default_schedule
 from convtune.tuner.events import EventSink, SpaceDropped, TaskStopped, TrialBatch, emit
 from convtune.tuner.measure.runner import measured_by
-from convtune.tuner.search.budget import DEFAULT_SCHEDULE, MIN_GAIN, PATIENCE_BATCHES, TrialBudget
+from convtune.tuner.search.budget import MIN_GAIN, PATIENCE_BATCHES, TrialBudget
 from convtune.tuner.search.space_check import (
     FAILED_CANDIDATES_TO_DROP,
     SpaceHealth,
@@ -29,10 +30,16 @@ from convtune.tuner.search.space_check import (
 )
 
 
-def unscheduled_candidate(mod: IRModule) -> MeasureCandidate:
-    """The task's function as TVM compiles it without a schedule, as a candidate: its empty
-    trace replays to the function itself, so a build that picks its record runs exactly that."""
-    return MeasureCandidate(Schedule(mod), ArgInfo.from_prim_func(mod["main"]))
+def floor_candidates(mod: IRModule, lanes: int) -> list[MeasureCandidate]:
+    """The schedules of the task no search produced, as candidates: its function as TVM
+    compiles it without a schedule (an empty trace, which replays to the function itself) and
+    the default rule's schedule (``schedules/untuned.py``), where the rule applies."""
+    args_info = ArgInfo.from_prim_func(mod["main"])
+    candidates = [MeasureCandidate(Schedule(mod), args_info)]
+    rule = default_schedule(mod["main"], lanes)
+    if rule is not None:
+        candidates.append(MeasureCandidate(rule, args_info))
+    return candidates
 
 
 @derived_object
@@ -144,8 +151,9 @@ class RecordTrials(PyMeasureCallback):
 
 
 def trial_space(sch: Schedule, trace_text: str, spaces: Sequence[ScheduleSpace]) -> str:
-    """The space a measured candidate came from; :data:`DEFAULT_SCHEDULE` for the unscheduled
-    function (an empty trace), which the search measures as every non-conv task's floor."""
+    """The space a measured candidate came from; :data:`DEFAULT_SCHEDULE` for the floor the
+    search measures on every non-conv task (:func:`floor_candidates`): the unscheduled function
+    (an empty trace) and the default rule's schedule (its trace names that space)."""
     if not sch.trace.insts:
         return DEFAULT_SCHEDULE
     return space_of(trace_text, spaces)

@@ -17,8 +17,9 @@ from tvm.s_tir.meta_schedule.search_strategy import (
 )
 
 from convtune.db.ms_database import trace_key
+from convtune.schedules.ops.isa import vector_lanes
 from convtune.tuner.search.budget import TrialBudget
-from convtune.tuner.search.recording import unscheduled_candidate
+from convtune.tuner.search.recording import floor_candidates
 
 
 def evolutionary_search(trials_per_task: int) -> EvolutionarySearch:
@@ -58,6 +59,7 @@ class BudgetedSearch(PySearchStrategy):
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.mod = context.mod
+        self.lanes = vector_lanes(context.target)
         self.inner._initialize_with_tune_context(context)
 
     def pre_tuning(
@@ -82,7 +84,11 @@ class BudgetedSearch(PySearchStrategy):
             self._exhausted()
             return None
         if self.budget.wants_default(self.index):
-            candidates = [unscheduled_candidate(self.mod), *candidates]
+            floors = floor_candidates(self.mod, self.lanes)
+            candidates = [*floors, *candidates]
+            # The floor is measured whole, even past a one-trial allowance: a build must never
+            # pick a schedule slower than either of its schedules.
+            allowed = max(allowed, len(floors))
         # MetaSchedule's search only avoids re-measuring within one run, and a small space
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
         # a schedule measured before, by this run or any earlier one, is never measured again.
