@@ -132,6 +132,11 @@ def _print_layout(layout: dict[str, Any]) -> None:
             f"layout: {layout['blocked_convs']} of {len(layout['convs'])} convs blocked"
             f"{' (' + ', '.join(blocks) + ')' if blocks else ''}, "
             f"{layout['transforms']} layout transforms"
+            + (
+                f", {layout['concat_chains']} concat chains written in place"
+                if layout.get("concat_chains")
+                else ""
+            )
         )
     if layout.get("denormals_flushed"):
         console.print(

@@ -433,6 +433,55 @@ def concat_model(seed: int = 0) -> onnx.ModelProto:
     )
 
 
+def dense_block_model(
+    *, stem: int = 32, growth: int = 16, layers: int = 4, size: int = 8, seed: int = 0
+) -> onnx.ModelProto:
+    """A DenseNet block as the Caffe2 export writes it: each layer (scale-shift, Relu, 1x1 conv,
+    Relu, 3x3 conv) concatenates its ``growth`` channels onto the previous concat, a chain of
+    ``layers`` concats; ``y`` is the last. ``first`` reads the first concat again at the end, after
+    every later layer has written its channels: ``Relu(first concat)``."""
+    rng = np.random.default_rng(seed)
+    inits = [_init("W_stem", _weights(rng, (stem, 3, 3, 3)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "W_stem"], ["c0"], name="stem", kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+    ]  # fmt: skip
+    channels = stem
+    for i in range(layers):
+        scale = _init(f"s{i}", rng.uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32))
+        shift = _init(f"b{i}", rng.uniform(-0.5, 0.5, (1, channels, 1, 1)).astype(np.float32))
+        inits += [
+            scale,
+            shift,
+            _init(f"W{i}a", _weights(rng, (2 * growth, channels, 1, 1))),
+            _init(f"W{i}b", _weights(rng, (growth, 2 * growth, 3, 3))),
+        ]
+        nodes += [
+            helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"m{i}"], name=f"scale{i}"),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"shift{i}"),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"], name=f"relu{i}"),
+            helper.make_node("Conv", [f"r{i}", f"W{i}a"], [f"p{i}"], name=f"bottleneck{i}",
+                             kernel_shape=[1, 1]),
+            helper.make_node("Relu", [f"p{i}"], [f"q{i}"], name=f"relu{i}b"),
+            helper.make_node("Conv", [f"q{i}", f"W{i}b"], [f"f{i}"], name=f"features{i}",
+                             kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Concat", [f"c{i}", f"f{i}"], [f"c{i + 1}"], name=f"concat{i}",
+                             axis=1),
+        ]  # fmt: skip
+        channels += growth
+    nodes += [
+        helper.make_node("Identity", [f"c{layers}"], ["y"], name="out"),
+        helper.make_node("Relu", ["c1"], ["first"], name="first_again"),
+    ]
+    return make_model(
+        nodes,
+        [_vi("x", [1, 3, size, size])],
+        [_vi("y", [1, channels, size, size]), _vi("first", [1, stem + growth, size, size])],
+        inits,
+        name="dense_block",
+    )
+
+
 def resize_model() -> onnx.ModelProto:
     """Nearest-neighbour 2x upsampling with Resize (scales as an initializer): 6x6 -> 12x12."""
     inits = [_init("scales", np.array([1, 1, 2, 2], np.float32))]

@@ -34,6 +34,7 @@ from convtune.tuner.graph.bf16 import bf16_convs
 from convtune.tuner.graph.denormals import flush_denormal_constants
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
+from convtune.tuner.graph.inplace_concat import write_concats_in_place
 from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
 from convtune.tuner.graph.lrn import fuse_local_response_norms
@@ -412,7 +413,7 @@ def _laid_out(
     precision: Precision,
 ) -> RelaxModel:
     if Layout.parse(layout) is not Layout.NCHWC:
-        return to_relax(ingested, None, precision)
+        return _concats_in_place(to_relax(ingested, None, precision))
     relax_model = to_relax(ingested, target, precision)
     names = conv_node_names(ingested.model)
     forced: dict[int, str] = {}
@@ -420,7 +421,8 @@ def _laid_out(
     while True:
         try:
             mod, plan = blocked_layout(relax_model.mod, target, forced, winograd_tiles)
-            return RelaxModel(mod=mod, plan=plan, fallbacks=(*relax_model.fallbacks, *fallbacks))
+            notes = (*relax_model.fallbacks, *fallbacks, *plan.notes)
+            return RelaxModel(mod=mod, plan=plan, fallbacks=notes)
         except ConvBlockingError as exc:
             if exc.index in forced or len(forced) >= _MAX_CONV_RETRIES:
                 failure = str(exc)
@@ -440,12 +442,23 @@ def nchw_fallback(relax_model: RelaxModel, fallbacks: list[str], why: str) -> Re
     """The whole model in plain NCHW, with the reason recorded for the user."""
     message = f"whole model compiled in NCHW: {why}"
     plan = LayoutPlan(lanes=0, fallback=message)
-    return RelaxModel(
-        mod=relax_model.mod,
-        plan=plan,
-        fallbacks=(*fallbacks, message),
-        denormals_flushed=relax_model.denormals_flushed,
+    return _concats_in_place(
+        RelaxModel(
+            mod=relax_model.mod,
+            plan=plan,
+            fallbacks=(*fallbacks, message),
+            denormals_flushed=relax_model.denormals_flushed,
+        )
     )
+
+
+def _concats_in_place(relax_model: RelaxModel) -> RelaxModel:
+    """``relax_model`` (NCHW, not legalized yet) with its concat chains written in place
+    (``inplace_concat.py``; the blocked layout pass does it for the blocked model)."""
+    mod, chains, note = write_concats_in_place(relax_model.mod)
+    if relax_model.plan is not None:
+        relax_model.plan.concat_chains = chains
+    return replace(relax_model, mod=mod, fallbacks=(*relax_model.fallbacks, *filter(None, [note])))
 
 
 def extract_tasks(

@@ -60,6 +60,7 @@ from convtune.schedules.ops.dot_conv import format_of_data
 from convtune.schedules.ops.isa import vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
+from .inplace_concat import write_concats_in_place
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import ChannelShuffle, Shuffle
@@ -179,6 +180,10 @@ class LayoutPlan:
     winograd_tiles: dict[int, int] = field(default_factory=dict)
     #: Channel counts held in half-register blocks for grouped convs (:func:`half_blocked_counts`).
     half_blocked: list[int] = field(default_factory=list)
+    #: Concat chains written in place (``inplace_concat.py``).
+    concat_chains: int = 0
+    #: One line per optional rewrite that fell back (the model runs without it).
+    notes: list[str] = field(default_factory=list)
     #: The conv (graph order) whose rewrite raised, and what it raised.
     failure: tuple[int, BaseException] | None = field(default=None, repr=False)
 
@@ -193,6 +198,7 @@ class LayoutPlan:
             "nchw_convs": len(self.convs) - self.blocked_convs,
             "transforms": self.transforms,
             "half_blocked": self.half_blocked,
+            "concat_chains": self.concat_chains,
             "fallback": self.fallback,
             "convs": [c.as_dict() for c in self.convs],
         }
@@ -1043,6 +1049,8 @@ def blocked_layout(
 ) -> tuple[IRModule, LayoutPlan]:
     """The model with its convolutions in ``NCHW{x}c`` (x = the target's fp32 lanes), legalized."""
     out, plan = plan_blocked_layout(mod, target, forced_nchw, winograd_tiles)
+    out, plan.concat_chains, note = write_concats_in_place(out)
+    plan.notes += [note] if note else []
     return legalize(out, target), plan
 
 
