@@ -16,7 +16,7 @@ from convtune.tuner.search.allocation import plan_search
 from convtune.tuner.search.budget import TrialBudget
 from convtune.tuner.search.driver import SearchResult, run_search
 from convtune.tuner.target import make_target
-from tests.models import conv_net, to_bytes
+from tests.models import conv_net, maxpool_model, to_bytes
 
 
 @pytest.fixture
@@ -211,3 +211,27 @@ def test_floor_candidates_are_the_unscheduled_function_and_the_default_rule() ->
     row = te.placeholder((4, 1000), name="row")
     softmax = IRModule({"main": te.create_prim_func([row, topi.nn.softmax(row)])})
     assert len(floor_candidates(softmax, 16)) == 1
+
+
+def test_a_task_whose_unscheduled_floor_was_measured_gets_the_rules_floor_next(setup) -> None:
+    """A database from before the default rule was a floor: the task's unscheduled function is
+    recorded; the next search measures the rule's schedule, and not the unscheduled one again."""
+    from convtune.schedules.untuned import DEFAULT_SCHEDULE, default_schedule
+    from convtune.tuner.search.budget import ANCHOR_KINDS
+
+    _, database, target = setup
+    _, tasks = extract_tasks(load_model(to_bytes(maxpool_model())), target, Layout.NCHWC)
+    others = [t for t in tasks if t.kind not in ANCHOR_KINDS]
+    others = [t for t in others if default_schedule(t.mod["main"], 16) is not None]
+    assert others, [t.kind for t in tasks]
+    plan = plan_search(others, database, 4, retune=False)
+    for wid in plan.workload_ids:
+        database.records.record_trial(
+            wid, trace_json=[[], []], run_secs=[1.0], args_info_json=[], error=None,
+            trial_index=0, space=DEFAULT_SCHEDULE, job_id=None, flops=1.0,
+        )  # fmt: skip
+    run_search(others, database, target, trials_per_task=4, threads=1)
+    for wid in plan.workload_ids:
+        floors = [r for r in database.records.all_records() if r.workload_id == wid]
+        floors = [r for r in floors if r.space == DEFAULT_SCHEDULE]
+        assert len(floors) == 2, [r.trace for r in floors]

@@ -12,7 +12,6 @@ from importlib.metadata import version
 from convtune.db.models import CURRENT_TIMING
 from convtune.db.ms_database import SQLDatabase
 from convtune.schedules.spaces.base import ScheduleSpace
-from convtune.schedules.untuned import DEFAULT_SCHEDULE
 from convtune.tuner.search.allocation import SearchPlan
 from convtune.tuner.search.space_check import DroppedSpace
 
@@ -137,8 +136,10 @@ class TrialBudget:
             self.database.records.mark_exhausted(self.plan.workload_ids[index], self.searched_key)
 
     def wants_default(self, index: int) -> bool:
-        """Whether task ``index`` still needs its floor measured, once: its unscheduled function
-        and the default rule's schedule (``schedules/untuned.py``). Every task but the anchors
+        """Whether task ``index`` is offered its floor, once a run: its unscheduled function and
+        the default rule's schedule (``schedules/untuned.py``); the search measures those not
+        measured before (a database from before the rule was a floor gets the rule's schedule
+        measured on its next run). Every task but the anchors
         (conv, Gemm, MatMul, whose naive loops take seconds) gets them, so the build never picks
         a schedule slower than no search at all. A 1×1000 Softmax kept a 149 ms record from a
         search whose candidates recomputed the reduction per element; unscheduled, it takes
@@ -147,9 +148,7 @@ class TrialBudget:
         if self.plan.tasks[index].kind in ANCHOR_KINDS or index in self.defaulted:
             return False
         self.defaulted.add(index)
-        return (
-            self.database.records.count_trials(self.plan.workload_ids[index], DEFAULT_SCHEDULE) == 0
-        )
+        return True
 
     def measured(self, index: int) -> set[str]:
         if index not in self.seen:

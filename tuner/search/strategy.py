@@ -83,16 +83,20 @@ class BudgetedSearch(PySearchStrategy):
         if not candidates:
             self._exhausted()
             return None
-        if self.budget.wants_default(self.index):
-            floors = floor_candidates(self.mod, self.lanes)
-            candidates = [*floors, *candidates]
-            # The floor is measured whole, even past a one-trial allowance: a build must never
-            # pick a schedule slower than either of its schedules.
-            allowed = max(allowed, len(floors))
         # MetaSchedule's search only avoids re-measuring within one run, and a small space
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
         # a schedule measured before, by this run or any earlier one, is never measured again.
         seen = self.budget.measured(self.index)
+        if self.budget.wants_default(self.index):
+            floors = [
+                floor
+                for floor in floor_candidates(self.mod, self.lanes)
+                if trace_key(floor.sch.trace.as_json()) not in seen
+            ]
+            candidates = [*floors, *candidates]
+            # The floor is measured whole, even past a one-trial allowance: a build must never
+            # pick a schedule slower than either of its schedules.
+            allowed = max(allowed, len(floors))
         fresh: list[MeasureCandidate] = []
         for candidate in candidates:
             key = trace_key(candidate.sch.trace.as_json())
