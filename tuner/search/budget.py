@@ -139,12 +139,12 @@ class TrialBudget:
         """Whether task ``index`` is offered its floor, once a run: its unscheduled function and
         the default rule's schedule (``schedules/untuned.py``); the search measures those not
         measured before (a database from before the rule was a floor gets the rule's schedule
-        measured on its next run). Every task but the anchors
-        (conv, Gemm, MatMul, whose naive loops take seconds) gets them, so the build never picks
-        a schedule slower than no search at all. A 1×1000 Softmax kept a 149 ms record from a
-        search whose candidates recomputed the reduction per element; unscheduled, it takes
-        microseconds (issue 30). ShuffleNet's channel shuffle at 112×56×56 kept a 0.113 ms
-        record from 5 generic trials where the default rule runs it in 0.025 (Zen 4)."""
+        measured on its next run). Every task but the anchors (conv, Gemm, MatMul, whose naive
+        loops take seconds) gets them, so the build never picks a schedule slower than no search
+        at all. A 1×1000 Softmax kept a 149 ms record from a search whose candidates recomputed
+        the reduction per element; unscheduled, it takes microseconds (issue 30). ShuffleNet's
+        channel shuffle at 112×56×56 kept a 0.113 ms record from 5 generic trials where the
+        default rule runs it in 0.017-0.020 ms (Zen 4)."""
         if self.plan.tasks[index].kind in ANCHOR_KINDS or index in self.defaulted:
             return False
         self.defaulted.add(index)

@@ -87,20 +87,15 @@ class BudgetedSearch(PySearchStrategy):
         # (ours has a handful of schedules per layer) yields the same candidates again and again:
         # a schedule measured before, by this run or any earlier one, is never measured again.
         seen = self.budget.measured(self.index)
-        if self.budget.wants_default(self.index):
-            floors = [
-                floor
-                for floor in floor_candidates(self.mod, self.lanes)
-                if trace_key(floor.sch.trace.as_json()) not in seen
-            ]
-            candidates = [*floors, *candidates]
+        floors = (
+            floor_candidates(self.mod, self.lanes) if self.budget.wants_default(self.index) else []
+        )
+        fresh: list[MeasureCandidate] = []
+        for position, candidate in enumerate([*floors, *candidates]):
+            key = trace_key(candidate.sch.trace.as_json())
             # The floor is measured whole, even past a one-trial allowance: a build must never
             # pick a schedule slower than either of its schedules.
-            allowed = max(allowed, len(floors))
-        fresh: list[MeasureCandidate] = []
-        for candidate in candidates:
-            key = trace_key(candidate.sch.trace.as_json())
-            if key not in seen and len(fresh) < allowed:
+            if key not in seen and (position < len(floors) or len(fresh) < allowed):
                 seen.add(key)
                 fresh.append(candidate)
         if not fresh:
