@@ -414,6 +414,16 @@ def depthwise_grouped() -> onnx.ModelProto:
     return n.model(n.conv(g, 64, 64, group=2), "depthwise_grouped")  # 32/group: blocked
 
 
+def depthwise_between_grouped() -> onnx.ModelProto:
+    """ShuffleNet's unit: grouped 1x1 convs of 6 channels per group (NCHW) around a stride-2
+    depthwise conv of 24 channels, blocked alone (NCHW8c) between two register transposes.
+    The image is 10x10: 100 pixels and 25 after the stride, neither a multiple of 16."""
+    n = Net(size=10)
+    g = n.conv("x", 16, 24, kernel=1, group=4)
+    d = n.conv(g, 24, 24, stride=2, group=24, act=None)
+    return n.model(n.conv(d, 24, 24, kernel=1, group=4), "depthwise_between_grouped")
+
+
 def stem_depthwise_odd() -> onnx.ModelProto:
     """RGB stem (NCHW in, blocked out), a blocked depthwise, then 20 channels: padded to 24
     (NCHW out), read NCHW by a stem-kind conv."""
@@ -560,6 +570,8 @@ CASES: dict[str, Case] = {
     # a blocked conv of its four output phases, a shuffle and a slice carried blocked
     "conv_transpose_overlapping": Case(conv_transpose_overlapping, blocked=3, transforms=2),
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
+    # into and out of the depthwise conv (was NCHW: 0 blocked before the register transposes)
+    "depthwise_between_grouped": Case(depthwise_between_grouped, blocked=1, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
     # transform), the 20→32 conv reads it NCHW, and its blocked output goes back to NCHW
     "stem_depthwise_odd": Case(stem_depthwise_odd, blocked=4, transforms=2),

@@ -26,6 +26,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
+from convtune.schedules.ops.channel_blocking import SCHEDULED
 from convtune.schedules.ops.isa import has_bf16, has_vnni, vector_lanes
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
@@ -492,6 +493,8 @@ def extract_tasks(
         except Exception as exc2:
             raise _compile_error("task extraction", exc2) from None
     tasks: list[ModelTask] = []
+    # Kernels built scheduled (the register transposes of channel_blocking.py) are not tasks.
+    extracted = [ext for ext in extracted if not ext.dispatched[0]["main"].attrs.get(SCHEDULED)]
     for index, ext in enumerate(extracted):
         mod = ext.dispatched[0]
         task = ModelTask(index=index, task=ext, shash=str(structural_hash(mod)), flops=_flops(mod))

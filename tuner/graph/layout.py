@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,9 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
+from tvm.tirx import IndexMap
 
+from convtune.schedules.ops.channel_blocking import channel_blocking_kernel, transposable
 from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.dot_conv import format_of_data
 from convtune.schedules.ops.isa import vector_lanes
@@ -1029,12 +1032,46 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     return _CONV2D.get_attr("FLegalize")(bb, call)
 
 
+def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, bool] | None:
+    """(NCHW shape, block, to_blocked) of a ``layout_transform`` of a tensor into or out of
+    ``NCHW{block}c`` that the register transpose computes, else None."""
+    source, result = _shape(call.args[0]), _shape(call)
+    if source is None or result is None or call.attrs.pad_value is not None:
+        return None
+    if len(source) == 4 and len(result) == 5:
+        shape, block, to_blocked, index = source, result[4], True, _to_blocked(result[4])
+    elif len(source) == 5 and len(result) == 4:
+        shape, block, to_blocked, index = result, source[4], False, _to_nchw(source[4])
+    else:
+        return None
+    if not transposable(block, lanes, str(call.args[0].ty.dtype)):
+        return None
+    if not call.attrs.index_map.is_equivalent_to(IndexMap.from_func(index)):
+        return None
+    return shape, block, to_blocked
+
+
+def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr:
+    """An activation's move into or out of the blocked layout as the register transpose
+    (``schedules/ops/channel_blocking.py``), any other layout transform by TVM."""
+    found = _channel_blocking(call, lanes)
+    if found is None:
+        return _LAYOUT_TRANSFORM.get_attr("FLegalize")(bb, call)
+    shape, block, to_blocked = found
+    kernel = channel_blocking_kernel(shape, block, lanes, to_blocked=to_blocked)
+    gvar = bb.add_func(kernel, "to_blocked" if to_blocked else "to_nchw")
+    return relax.call_tir(gvar, [call.args[0]], call.ty)
+
+
 def legalize(mod: IRModule, target: Target) -> IRModule:
-    """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``."""
+    """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``, transforms of
+    activations into and out of blocks as register transposes."""
+    lanes = vector_lanes(target)
     with target:
         return relax.transform.LegalizeOps(
             {
                 "relax.nn.conv2d": _legalize_conv2d,
+                "relax.layout_transform": partial(_legalize_layout_transform, lanes=lanes),
                 "relax.take": legalize_table_lookup,
                 "relax.mean": legalize_mean,
             }
