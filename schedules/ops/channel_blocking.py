@@ -22,6 +22,7 @@ opaque to fusion (``op_pattern``), so it is never merged into a neighbour's func
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -86,14 +87,24 @@ def _unpair_halves(rows: list[tirx.PrimExpr], lanes: int) -> list[tirx.PrimExpr]
     return out
 
 
+def shuffled_channel(channel: Any, channels: int, groups: int) -> Any:
+    """The source channel of ``channel`` after ShuffleNet's channel shuffle of ``channels`` in
+    ``groups`` (reshape to (g, C/g), swap, reshape back): ``(c mod g)·C/g + c div g``."""
+    return channel % groups * (channels // groups) + channel // groups
+
+
 def channel_blocking_kernel(
-    shape: Sequence[int], block: int, lanes: int, *, to_blocked: bool
+    shape: Sequence[int], block: int, lanes: int, *, to_blocked: bool, shuffle_groups: int = 1
 ) -> tirx.PrimFunc:
     """The scheduled fp32 kernel NCHW ``shape`` → NCHW{block}c (``to_blocked``) or back.
 
-    Check :func:`transposable` first; ``block`` divides the channels."""
+    With ``shuffle_groups`` > 1 (into blocks only), channel c of the blocked result is channel
+    :func:`shuffled_channel` of the source: ShuffleNet's channel shuffle and the move into
+    blocks in one pass, each row still one source plane. Check :func:`transposable` first;
+    ``block`` divides the channels."""
     n, channels, height, width = (int(d) for d in shape)
     assert transposable(block, lanes, "float32") and channels % block == 0
+    assert shuffle_groups == 1 or (to_blocked and channels % shuffle_groups == 0)
     pixels = height * width
     groups = n * channels // block
     tiles = pixels // lanes
@@ -105,7 +116,12 @@ def channel_blocking_kernel(
         target = T.arg("y", T.Buffer(blocked if to_blocked else nchw, "float32"))
 
         def plane(group: tirx.PrimExpr, c: int | tirx.PrimExpr, p: tirx.PrimExpr) -> tirx.PrimExpr:
-            return (group * block + c) * pixels + p
+            channel = group * block + c
+            if shuffle_groups > 1:
+                # A whole image's channel index: the batch's offset stays outside the shuffle.
+                image, channel = channel // channels, channel % channels
+                channel = image * channels + shuffled_channel(channel, channels, shuffle_groups)
+            return channel * pixels + p
 
         def packed(group: tirx.PrimExpr, p: tirx.PrimExpr, c: int | tirx.PrimExpr) -> tirx.PrimExpr:
             return (group * pixels + p) * block + c

@@ -48,6 +48,22 @@ def test_the_transposes_copy_exactly(shape: tuple[int, ...], block: int, lanes: 
     np.testing.assert_array_equal(run(_module(back), [blocked, np.zeros_like(x)]), x)
 
 
+@pytest.mark.parametrize(
+    ("shape", "block", "groups"), [((1, 24, 5, 5), 8, 4), ((2, 32, 4, 4), 16, 2)]
+)
+def test_a_channel_shuffle_on_the_way_into_blocks(
+    shape: tuple[int, ...], block: int, groups: int
+) -> None:
+    """ShuffleNet's shuffle (reshape to (g, C/g), swap, reshape back) and the blocking at once,
+    batches included."""
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    n, c, h, w = shape
+    shuffled = x.reshape(n, groups, c // groups, h, w).transpose(0, 2, 1, 3, 4).reshape(shape)
+    kernel = channel_blocking_kernel(shape, block, 16, to_blocked=True, shuffle_groups=groups)
+    got = run(_module(kernel), [x, np.zeros_like(_blocked(x, block))])
+    np.testing.assert_array_equal(got, _blocked(shuffled, block))
+
+
 def test_a_kernel_is_built_scheduled_and_opaque() -> None:
     kernel = channel_blocking_kernel((1, 32, 8, 8), 16, 16, to_blocked=True)
     assert kernel.attrs[SCHEDULED] and int(kernel.attrs["op_pattern"]) == 8

@@ -424,6 +424,18 @@ def depthwise_between_grouped() -> onnx.ModelProto:
     return n.model(n.conv(d, 24, 24, kernel=1, group=4), "depthwise_between_grouped")
 
 
+def shuffle_into_depthwise() -> onnx.ModelProto:
+    """ShuffleNet's unit in full: the channel shuffle of the grouped conv's NCHW output (4
+    groups of 6) and the move into blocks of the depthwise conv after it are one pass."""
+    n = Net(size=10)
+    g = n.conv("x", 16, 24, kernel=1, group=4)
+    r = n.op("Reshape", [g, n.const(_ints([1, 4, 6, 10, 10]))])
+    t = n.op("Transpose", [r], perm=[0, 2, 1, 3, 4])
+    s = n.op("Reshape", [t, n.const(_ints([1, 24, 10, 10]))])
+    d = n.conv(s, 24, 24, group=24, act=None)
+    return n.model(n.conv(d, 24, 24, kernel=1, group=4), "shuffle_into_depthwise")
+
+
 def stem_depthwise_odd() -> onnx.ModelProto:
     """RGB stem (NCHW in, blocked out), a blocked depthwise, then 20 channels: padded to 24
     (NCHW out), read NCHW by a stem-kind conv."""
@@ -572,6 +584,9 @@ CASES: dict[str, Case] = {
     "depthwise_grouped": Case(depthwise_grouped, blocked=4, transforms=2),
     # into and out of the depthwise conv (was NCHW: 0 blocked before the register transposes)
     "depthwise_between_grouped": Case(depthwise_between_grouped, blocked=1, transforms=2),
+    # the same two, the first of them through the channel shuffle (was 2 with the shuffle
+    # in NCHW before it)
+    "shuffle_into_depthwise": Case(shuffle_into_depthwise, blocked=1, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
     # transform), the 20→32 conv reads it NCHW, and its blocked output goes back to NCHW
     "stem_depthwise_odd": Case(stem_depthwise_odd, blocked=4, transforms=2),
@@ -650,3 +665,13 @@ def test_a_tensor_is_blocked_by_a_whole_register_else_half_of_one() -> None:
     assert channel_block(12, 8) is None  # no 4-lane blocks on AVX2
     # What an NCHW conv's reason names as the smallest block: 8 on both.
     assert channel_blocks(16) == (16, 8) and channel_blocks(8) == (8,)
+
+
+def test_a_channel_shuffle_moves_into_blocks_in_one_pass(target) -> None:
+    """The shuffle's reshape, transpose and reshape leave the model: the kernel moving the
+    grouped conv's output into blocks reads its planes in shuffled order."""
+    ingested = load_model(models.to_bytes(shuffle_into_depthwise()))
+    mod = model_for_target(ingested, target).mod
+    names = [gvar.name_hint for gvar in mod.functions]
+    assert not [name for name in names if "transpose" in name], names
+    assert [name for name in names if name.startswith("to_blocked")], names

@@ -66,7 +66,7 @@ from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind,
 from .inplace_concat import write_concats_in_place
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
-from .pixel_shuffle import ChannelShuffle, Shuffle
+from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -297,6 +297,18 @@ def _to_blocked(block: int) -> Callable[..., tuple[Any, ...]]:
     return lambda n, c, h, w: (n, c // block, h, w, c % block)
 
 
+def _shuffled_to_blocked(block: int, groups: int, channels: int) -> Callable[..., tuple[Any, ...]]:
+    """NCHW → NCHW{block}c through ShuffleNet's channel shuffle in ``groups``: source channel
+    g·C/g + k lands on channel k·g + g of the blocked result."""
+    per_group = channels // groups
+
+    def index(n: Any, c: Any, h: Any, w: Any) -> tuple[Any, ...]:
+        shuffled = c % per_group * groups + c // per_group
+        return (n, shuffled // block, h, w, shuffled % block)
+
+    return index
+
+
 def _to_nchw(block: int) -> Callable[..., tuple[Any, ...]]:
     return lambda n, c, h, w, b: (n, c * block + b, h, w)
 
@@ -427,12 +439,45 @@ class _BlockingMutator(PyExprMutator):
             return None
         cached = self.block_cache.get(expr)
         if cached is None:
+            source, index = self.visit_expr(expr), _to_blocked(block)
+            shuffle = self._nchw_channel_shuffle(source)
+            if shuffle is not None:
+                # ShuffleNet's channel shuffle in NCHW before the move into blocks: one pass
+                # does both (the shuffle's own ops die unless another op reads them).
+                source, groups = shuffle
+                index = _shuffled_to_blocked(block, groups, shape[1])
             cached = self.builder_.emit(
-                relax.op.layout_transform(self.visit_expr(expr), _to_blocked(block)),
-                name_hint=f"{expr.name}_blocked",
+                relax.op.layout_transform(source, index), name_hint=f"{expr.name}_blocked"
             )
             self.block_cache[expr] = cached
         return _Blocked(cached, shape[1], block)
+
+    def _nchw_channel_shuffle(self, value: Expr) -> tuple[Expr, int] | None:
+        """(source, groups) when ``value`` (emitted here) is a channel shuffle of an NCHW
+        tensor: reshape to (N, g, C/g, H, W), swap the two channel axes, reshape back."""
+        calls: list[Call] = []
+        for op_name in ("relax.reshape", "relax.permute_dims", "relax.reshape"):
+            if not isinstance(value, relax.Var):
+                return None
+            bound = self.lookup_binding(value)
+            if not (isinstance(bound, Call) and isinstance(bound.op, Op)):
+                return None
+            if bound.op.name != op_name:
+                return None
+            calls.append(bound)
+            value = bound.args[0]
+        merged, swapped, split = calls
+        source_shape, split_shape = _shape(value), _shape(split)
+        if source_shape is None or source_shape != _shape(merged) or len(source_shape) != 4:
+            return None
+        axes = [int(a) for a in swapped.attrs.axes] if swapped.attrs.axes is not None else []
+        if (
+            axes != list(CHANNEL_SHUFFLE_AXES)
+            or ChannelShuffle.of_split(source_shape, 1, split_shape) is None
+        ):
+            return None
+        assert split_shape is not None
+        return value, split_shape[1]
 
     # --- bindings -------------------------------------------------------------------------------
 
@@ -1032,9 +1077,10 @@ def _legalize_conv2d(bb: BlockBuilder, call: Call) -> Expr:
     return _CONV2D.get_attr("FLegalize")(bb, call)
 
 
-def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, bool] | None:
-    """(NCHW shape, block, to_blocked) of a ``layout_transform`` of a tensor into or out of
-    ``NCHW{block}c`` that the register transpose computes, else None."""
+def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, bool, int] | None:
+    """(NCHW shape, block, to_blocked, shuffle groups) of a ``layout_transform`` of a tensor
+    into or out of ``NCHW{block}c``, maybe through a channel shuffle on the way in, that the
+    register transpose computes, else None."""
     source, result = _shape(call.args[0]), _shape(call)
     if source is None or result is None or call.attrs.pad_value is not None:
         return None
@@ -1046,9 +1092,16 @@ def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, boo
         return None
     if not transposable(block, lanes, str(call.args[0].ty.dtype)):
         return None
-    if not call.attrs.index_map.is_equivalent_to(IndexMap.from_func(index)):
-        return None
-    return shape, block, to_blocked
+    index_map = call.attrs.index_map
+    if index_map.is_equivalent_to(IndexMap.from_func(index)):
+        return shape, block, to_blocked, 1
+    channels = shape[1]
+    for groups in range(2, channels) if to_blocked else ():
+        if channels % groups == 0 and index_map.is_equivalent_to(
+            IndexMap.from_func(_shuffled_to_blocked(block, groups, channels))
+        ):
+            return shape, block, to_blocked, groups
+    return None
 
 
 def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr:
@@ -1057,8 +1110,10 @@ def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr
     found = _channel_blocking(call, lanes)
     if found is None:
         return _LAYOUT_TRANSFORM.get_attr("FLegalize")(bb, call)
-    shape, block, to_blocked = found
-    kernel = channel_blocking_kernel(shape, block, lanes, to_blocked=to_blocked)
+    shape, block, to_blocked, groups = found
+    kernel = channel_blocking_kernel(
+        shape, block, lanes, to_blocked=to_blocked, shuffle_groups=groups
+    )
     gvar = bb.add_func(kernel, "to_blocked" if to_blocked else "to_nchw")
     return relax.call_tir(gvar, [call.args[0]], call.ty)
 
