@@ -40,7 +40,9 @@ class DepthwiseKind(ConvKind):
             # itself. Only the register transposes (schedules/ops/channel_blocking.py) are
             # cheap enough: ShuffleNet's 112-channel 3×3 stride 2 at 56² and 136-channel
             # stride 1 at 28², blocked alone between them, ran in 0.75× and 0.69× the NCHW
-            # time (paired, Zen 4); with TVM's gathers they ran 1.08× and 1.57×.
+            # time (one-unit models, paired, Zen 4); with TVM's gathers they ran 1.08× and
+            # 1.57×. In the whole ShuffleNet the gain paid for its transforms only once the
+            # channel shuffle before each conv moved into the transform (layout.py): 0.91×.
             return Decision(
                 False, "depthwise conv with an NCHW input (blocked alone: 2 transforms)"
             )
