@@ -436,6 +436,15 @@ def shuffle_into_depthwise() -> onnx.ModelProto:
     return n.model(n.conv(d, 24, 24, kernel=1, group=4), "shuffle_into_depthwise")
 
 
+def strided_pool_alone() -> onnx.ModelProto:
+    """ShuffleNet's shortcut: a 3x3 stride-2 average pool of a grouped conv's NCHW output (6
+    channels per group), blocked alone between two register transposes."""
+    n = Net(size=10)
+    g = n.conv("x", 16, 24, kernel=1, group=4)
+    p = n.op("AveragePool", [g], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    return n.model(n.conv(p, 24, 24, kernel=1, group=4), "strided_pool_alone")
+
+
 def stem_depthwise_odd() -> onnx.ModelProto:
     """RGB stem (NCHW in, blocked out), a blocked depthwise, then 20 channels: padded to 24
     (NCHW out), read NCHW by a stem-kind conv."""
@@ -550,11 +559,12 @@ CASES: dict[str, Case] = {
     "dropout": Case(dropout, blocked=2, transforms=2),
     "flatten_gemm": Case(flatten_gemm, blocked=2, transforms=2),
     "reshape_after_conv": Case(reshape_after_conv, blocked=2, transforms=2),
-    # input in, output out, and the shuffle itself: one gather from block to block (was 4:
-    # the shuffle in NCHW between a transform to NCHW and one back)
-    "channel_shuffle": Case(channel_shuffle, blocked=2, transforms=3),
+    # input in, output out, and the shuffle itself: two register transposes, out of the
+    # blocks and back into them in shuffled order (was one gather from block to block, and
+    # before that the shuffle in NCHW between a transform to NCHW and one back)
+    "channel_shuffle": Case(channel_shuffle, blocked=2, transforms=4),
     # and the side reader's NCHW copy of the source
-    "channel_shuffle_side_use": Case(channel_shuffle_side_use, blocked=2, transforms=4),
+    "channel_shuffle_side_use": Case(channel_shuffle_side_use, blocked=2, transforms=5),
     # input in, output out: the 48-channel tensors in NCHW8c (tuner/graph/layout.py's
     # half_blocked_counts), the grouped conv blocked between them
     "grouped_half_blocks": Case(grouped_half_blocks, blocked=3, transforms=2),
@@ -587,6 +597,8 @@ CASES: dict[str, Case] = {
     # the same two, the first of them through the channel shuffle (was 2 with the shuffle
     # in NCHW before it)
     "shuffle_into_depthwise": Case(shuffle_into_depthwise, blocked=1, transforms=2),
+    # into and out of the pool (was 0: the pool in NCHW)
+    "strided_pool_alone": Case(strided_pool_alone, blocked=0, transforms=2),
     # the stem needs no transform in; the padded 20-channel conv writes NCHW (its own
     # transform), the 20→32 conv reads it NCHW, and its blocked output goes back to NCHW
     "stem_depthwise_odd": Case(stem_depthwise_odd, blocked=4, transforms=2),

@@ -106,7 +106,8 @@ class ChannelShuffle:
     reshape to (N, g, C/g, H, W), swap the two channel axes, reshape back, so channel
     ``k·g + i`` of the result is channel ``i·C/g + k`` of the source. Lanes move between
     blocks, so the split and the swap stay symbolic (the blocked source carried along) and the
-    merge is one gather from block to block (a ``layout_transform`` by that index map). In NCHW
+    merge is one gather from block to block (a ``layout_transform`` by that index map; the
+    layout pass writes an fp32 one as two register transposes instead). In NCHW
     the shuffle cost a transform to NCHW before it and one back after it, and kept the
     depthwise conv that reads it NCHW."""
 
