@@ -33,7 +33,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.target import Target
 from tvm.tirx.analysis import undefined_vars
 
-from .ops.annotations import mark_space
+from .ops.annotations import SCHEDULED, mark_space
 from .ops.isa import vector_lanes
 
 #: The space name of the schedules no search produced, as the tuning records store it: a task's
@@ -43,7 +43,6 @@ DEFAULT_SCHEDULE = "default"
 #: Kernels of fewer loop iterations than this run on one thread: waking the pool costs more (a
 #: 1000-element layout transform took 1.2 µs in parallel against under 1 µs serial).
 PARALLEL_MIN_WORK = 4096
-SCHEDULED = "tirx.is_scheduled"
 #: Longest innermost loop vectorized whole; a longer one is split to one register.
 MAX_VECTOR_LOOP = 64
 

@@ -15,6 +15,9 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 SPACE_ANNOTATION = "convtune.space"
 #: The space a trace without the annotation came from.
 DEFAULT_SPACE = "generic"
+#: TVM's function attribute for "scheduled already": MetaSchedule's ApplyDatabase sets it, the
+#: untuned pass and task extraction skip such functions, hand-built kernels carry it.
+SCHEDULED = "tirx.is_scheduled"
 
 
 #: TVM's LoopPartition peels the iterations of a loop with this annotation where a condition

@@ -28,10 +28,10 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
+from .annotations import SCHEDULED
+
 #: FuseOps' pattern for an op it must leave alone (``relay::kOpaque``).
 OPAQUE = 8
-#: The attribute telling MetaSchedule and the untuned pass that a function is scheduled already.
-SCHEDULED = "tirx.is_scheduled"
 
 
 def transposable(block: int, lanes: int, dtype: str) -> bool:
@@ -61,13 +61,20 @@ def _butterfly(rows: list[tirx.PrimExpr], lanes: int) -> list[tirx.PrimExpr]:
     return rows
 
 
+def _halves(lanes: int) -> tuple[list[int], list[int]]:
+    """The two-register shuffles taking the first halves of both registers, and the second."""
+    half = lanes // 2
+    return [*range(half), *range(lanes, lanes + half)], [
+        *range(half, lanes),
+        *range(lanes + half, 2 * lanes),
+    ]
+
+
 def _pair_halves(rows: list[tirx.PrimExpr], lanes: int) -> list[tirx.PrimExpr]:
     """Rows holding [first half of a, first half of b] for each pair (a, b) of ``rows``, then
-    [second halves]: the register order of pixels after :func:`_butterfly` on half-width blocks,
-    and (applied again) its inverse."""
-    half = lanes // 2
-    low = [*range(half), *range(lanes, lanes + half)]
-    high = [*range(half, lanes), *range(lanes + half, 2 * lanes)]
+    [second halves]: the register order of pixels after :func:`_butterfly` on half-width
+    blocks."""
+    low, high = _halves(lanes)
     pairs = range(0, len(rows), 2)
     return [_shuffle(rows[i], rows[i + 1], low) for i in pairs] + [
         _shuffle(rows[i], rows[i + 1], high) for i in pairs
@@ -76,10 +83,8 @@ def _pair_halves(rows: list[tirx.PrimExpr], lanes: int) -> list[tirx.PrimExpr]:
 
 def _unpair_halves(rows: list[tirx.PrimExpr], lanes: int) -> list[tirx.PrimExpr]:
     """The inverse of :func:`_pair_halves`."""
-    half = lanes // 2
+    low, high = _halves(lanes)
     count = len(rows) // 2
-    low = [*range(half), *range(lanes, lanes + half)]
-    high = [*range(half, lanes), *range(lanes + half, 2 * lanes)]
     out: list[tirx.PrimExpr] = []
     for k in range(count):
         out.append(_shuffle(rows[k], rows[count + k], low))

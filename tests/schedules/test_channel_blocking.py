@@ -8,11 +8,8 @@ import pytest
 from tvm import tirx
 from tvm.ir import IRModule
 
-from convtune.schedules.ops.channel_blocking import (
-    SCHEDULED,
-    channel_blocking_kernel,
-    transposable,
-)
+from convtune.schedules.ops.annotations import SCHEDULED
+from convtune.schedules.ops.channel_blocking import channel_blocking_kernel, transposable
 from tests.schedules.kernels import assembly, run
 
 

@@ -26,7 +26,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.target import Target
 from tvm_ffi import structural_hash
 
-from convtune.schedules.ops.channel_blocking import SCHEDULED
+from convtune.schedules.ops.annotations import SCHEDULED
 from convtune.schedules.ops.isa import has_bf16, has_vnni, vector_lanes
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile

@@ -67,7 +67,7 @@ from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind,
 from .inplace_concat import write_concats_in_place
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
-from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle
+from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle, shuffled_position
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -299,12 +299,11 @@ def _to_blocked(block: int) -> Callable[..., tuple[Any, ...]]:
 
 
 def _shuffled_to_blocked(block: int, groups: int, channels: int) -> Callable[..., tuple[Any, ...]]:
-    """NCHW → NCHW{block}c through ShuffleNet's channel shuffle in ``groups`` (g): source
-    channel i·C/g + k lands on channel k·g + i of the blocked result."""
-    per_group = channels // groups
+    """NCHW → NCHW{block}c through ShuffleNet's channel shuffle in ``groups``
+    (:func:`~.pixel_shuffle.shuffled_position`)."""
 
     def index(n: Any, c: Any, h: Any, w: Any) -> tuple[Any, ...]:
-        shuffled = c % per_group * groups + c // per_group
+        shuffled = shuffled_position(c, channels, groups)
         return (n, shuffled // block, h, w, shuffled % block)
 
     return index

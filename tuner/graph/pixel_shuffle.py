@@ -100,6 +100,13 @@ class Shuffle:
         return relax.op.reshape(lanes_in, shape)
 
 
+def shuffled_position(channel: Any, channels: int, groups: int) -> Any:
+    """Where source channel ``i·C/g + k`` of ``channels`` lands after the channel shuffle in
+    ``groups`` (g): channel ``k·g + i``."""
+    per_group = channels // groups
+    return channel % per_group * groups + channel // per_group
+
+
 @dataclass(frozen=True)
 class ChannelShuffle:
     """ShuffleNet's channel shuffle of a blocked tensor of ``channels`` channels in ``groups``:
@@ -142,11 +149,10 @@ class ChannelShuffle:
         return split
 
     def merge(self, moved: Expr) -> Expr:
-        block, groups, per_group = self.block, self.groups, self.channels // self.groups
+        block = self.block
 
         def index(n: Any, cb: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
-            channel = cb * block + b
-            shuffled = channel % per_group * groups + channel // per_group
+            shuffled = shuffled_position(cb * block + b, self.channels, self.groups)
             return (n, shuffled // block, h, w, shuffled % block)
 
         return relax.op.layout_transform(moved, index)
@@ -162,4 +168,4 @@ class ChannelShuffle:
         return relax.op.permute_dims(split, list(self.axes)) if moved else split
 
 
-__all__ = ["CHANNEL_SHUFFLE_AXES", "DCR_AXES", "ChannelShuffle", "Shuffle"]
+__all__ = ["CHANNEL_SHUFFLE_AXES", "DCR_AXES", "ChannelShuffle", "Shuffle", "shuffled_position"]
