@@ -33,6 +33,17 @@ def weight_to_blocked(in_block: int, out_block: int) -> Any:
     return lambda o, i, h, w: (o // b, i // a, h, w, i % a, o % b)
 
 
+def reblock(block: int, new_block: int) -> Any:
+    """The index map of an activation NCHW{block}c → NCHW{new_block}c (its channel count a
+    multiple of both), one pass."""
+
+    def index(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+        channel = c * block + b
+        return (n, channel // new_block, h, w, channel % new_block)
+
+    return index
+
+
 def blocked_conv2d(data: Expr, packed: Expr, attrs: Any, in_block: int, out_block: int) -> Expr:
     """The Relax conv2d of ``data`` (``NCHW{a}c``) with the packed weight (``OIHW{a}i{b}o``) and
     the strides/padding/dilation/groups of ``attrs``, its output in ``NCHW{b}c``."""

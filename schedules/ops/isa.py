@@ -38,6 +38,18 @@ def has_bf16(target: Target) -> bool:
     return _has_feature(target, "avx512bf16")
 
 
+#: CPUs whose 512-bit FMA is two 256-bit halves (LLVM's scheduling model of Zen 4): a half
+#: register does as many fp32 FMAs per cycle as a whole one there.
+_SPLIT_512_FMA = frozenset({"znver4"})
+
+
+def full_width_fma(target: Target) -> bool:
+    """Whether a 16-lane FMA does twice the work per cycle of an 8-lane one on ``target``: an
+    AVX-512 CPU whose 512-bit FMA units are full width (Zen 5, Xeon Scalable), not Zen 4's."""
+    mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
+    return has_avx512(target) and mcpu not in _SPLIT_512_FMA
+
+
 def vector_lanes(target: Target) -> int:
     """fp32 lanes of the widest vector unit the target CPU has (16 on AVX-512, 8 on AVX2)."""
     return 16 if has_avx512(target) else 8

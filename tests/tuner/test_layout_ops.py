@@ -687,3 +687,30 @@ def test_a_channel_shuffle_moves_into_blocks_in_one_pass(target) -> None:
     names = [gvar.name_hint for gvar in mod.functions]
     assert not [name for name in names if "transpose" in name], names
     assert [name for name in names if name.startswith("to_blocked")], names
+
+
+def test_half_blocked_outputs_are_computed_padded_where_the_whole_register_is_faster(
+    host, tmp_path: Path
+) -> None:
+    """On a CPU whose 512-bit FMA is full width the 144→24 projections compute 32 channels in
+    16-channel blocks and move the 24 real ones into 8-blocks; on Zen 4 (two 256-bit halves)
+    they stay 8-blocked. Either way the model matches onnxruntime."""
+    original = inverted_residuals_half_blocks()
+    ingested = load_model(models.to_bytes(original))
+    for mcpu, padded in (("znver5", True), ("znver4", False)):
+        plan = model_for_target(ingested, make_target(f"llvm -mcpu={mcpu} -num-cores=2")).plan
+        assert plan is not None
+        projects = [c for c in plan.convs if (c.in_channels, c.out_channels) == (144, 24)]
+        assert len(projects) == 2
+        for conv in projects:
+            assert conv.layout == "NCHW16c→NCHW8c"
+            assert conv.computed_channels == (32 if padded else 24), conv
+            assert ("24 output channels computed as 32" in conv.reason) == padded, conv.reason
+        # the same islands: the moves out of the 16-blocks are reshapes, no transform
+        assert (plan.blocked_convs, plan.transforms) == (10, 1)
+    relax_model = model_for_target(ingested, make_target("llvm -mcpu=znver5 -num-cores=2"))
+    so_path = build_library(relax_model, ms.database.MemoryDatabase(), host, tmp_path)
+    feeds = models.random_inputs(original, seed=1)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(r) for r in models.run_onnxruntime(original, feeds)]
+    assert compare(ours, reference, [o.name for o in ingested.outputs], seed=1).passed

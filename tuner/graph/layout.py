@@ -60,8 +60,9 @@ from tvm.tirx import IndexMap
 
 from convtune.schedules.ops.channel_blocking import channel_blocking_kernel, transposable
 from convtune.schedules.ops.conv_call import attr_dtype
+from convtune.schedules.ops.dense import reblock
 from convtune.schedules.ops.dot_conv import format_of_data
-from convtune.schedules.ops.isa import vector_lanes
+from convtune.schedules.ops.isa import full_width_fma, vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .inplace_concat import write_concats_in_place
@@ -172,6 +173,9 @@ class LayoutPlan:
     """What the blocked-layout pass did to a model: per conv its layout, and the transforms left."""
 
     lanes: int
+    #: Whether the target's whole-register FMA does twice a half register's work
+    #: (``isa.full_width_fma``): half-blocked conv outputs are then computed padded.
+    full_width_fma: bool = False
     convs: list[ConvLayout] = field(default_factory=list)
     #: ``layout_transform`` calls on activations at run time (island edges).
     transforms: int = 0
@@ -311,16 +315,6 @@ def _shuffled_to_blocked(block: int, groups: int, channels: int) -> Callable[...
 
 def _to_nchw(block: int) -> Callable[..., tuple[Any, ...]]:
     return lambda n, c, h, w, b: (n, c * block + b, h, w)
-
-
-def _reblock(block: int, new_block: int) -> Callable[..., tuple[Any, ...]]:
-    """NCHW{block}c → NCHW{new_block}c, one pass (the channel count is a multiple of both)."""
-
-    def index(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
-        channel = c * block + b
-        return (n, channel // new_block, h, w, channel % new_block)
-
-    return index
 
 
 def _block_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray | None:
@@ -658,6 +652,7 @@ class _BlockingMutator(PyExprMutator):
             smallest=min(channel_blocks(self.lanes)),
             input_blocked=isinstance(data, relax.Var) and data in self.blocked,
             lanes=self.lanes,
+            full_width_fma=self.plan.full_width_fma,
         )
         return site, ""
 
@@ -974,7 +969,7 @@ class _BlockingMutator(PyExprMutator):
         if common != block:
             whole = relax.op.layout_transform(
                 self.builder_.emit(whole, name_hint=f"{var.name}_{common}c"),
-                _reblock(common, block),
+                reblock(common, block),
             )
         return self._emit_blocked(var, whole, out_shape[1])
 
@@ -982,7 +977,7 @@ class _BlockingMutator(PyExprMutator):
         """A blocked ``value`` in NCHW{new_block}c (itself if ``block`` is that already)."""
         if block == new_block:
             return value
-        return self.builder_.emit(relax.op.layout_transform(value, _reblock(block, new_block)))
+        return self.builder_.emit(relax.op.layout_transform(value, reblock(block, new_block)))
 
     def _split(self, var: relax.Var, call: Call) -> bool | None:
         attrs = call.attrs
@@ -1077,6 +1072,7 @@ def plan_blocked_layout(
     lanes = vector_lanes(target)
     plan = LayoutPlan(
         lanes=lanes,
+        full_width_fma=full_width_fma(target),
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
         half_blocked=sorted(half_blocked_counts(mod, lanes)),

@@ -9,7 +9,7 @@ from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
 from .dot import Bf16Kind, Int8Kind, dot_refusal
-from .padded_out import PaddedOutputKind, PaddedStemKind
+from .padded_out import PaddedOutputKind, PaddedStemKind, PaddedWideKind
 from .stem import StemKind
 from .winograd import WinogradKind
 
@@ -23,6 +23,7 @@ CONV_KINDS: tuple[ConvKind, ...] = (
     WinogradKind(),
     PaddedOutputKind(),
     PaddedStemKind(),
+    PaddedWideKind(),
     DenseKind(),
 )
 

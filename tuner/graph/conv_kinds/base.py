@@ -34,6 +34,8 @@ class ConvSite:
     input_blocked: bool
     #: The target's fp32 lanes (16 on AVX-512).
     lanes: int = 16
+    #: Whether a whole register's FMA does twice a half register's work (``isa.full_width_fma``).
+    full_width_fma: bool = False
 
     @property
     def attrs(self) -> Any:

@@ -2,7 +2,9 @@
 4, 12, 42, 255 output channels) and narrow stems (MTCNN's 3→10). The filters are padded with
 zero filters to a multiple of the narrowest block once, at build time; the conv runs blocked
 (``schedules/spaces/nchwc_*``, or the stem space when its input is NCHW), and its real channels
-are written back NCHW.
+are written back NCHW. And convs whose outputs are held in half-register blocks (24, 40, 72,
+120 channels on AVX-512) on CPUs whose whole-register FMA does twice the work
+(:class:`PaddedWideKind`).
 
 Without it such a conv stayed NCHW: its input was transformed out of the blocked layout and the
 conv ran in the generic space with the output channels as its only parallel, vectorizable axis
@@ -19,6 +21,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax import BlockBuilder, Expr
 
+from convtune.schedules.ops import winograd
 from convtune.schedules.ops.dense import block_weight, blocked_conv2d
 from convtune.schedules.ops.stem import few_input_channels, output_blocked_conv
 
@@ -30,10 +33,10 @@ def padded_channels(channels: int, block: int) -> int:
     return -(-channels // block) * block
 
 
-def _padded_weight(site: ConvSite) -> np.ndarray:
-    """The conv's OIHW weight with zero filters up to the narrowest block."""
+def _padded_weight(site: ConvSite, block: int | None = None) -> np.ndarray:
+    """The conv's OIHW weight with zero filters up to ``block`` (default: the narrowest)."""
     weight = site.weight_array()
-    padded = np.zeros((padded_channels(weight.shape[0], site.smallest), *weight.shape[1:]))
+    padded = np.zeros((padded_channels(weight.shape[0], block or site.smallest), *weight.shape[1:]))
     padded[: weight.shape[0]] = weight
     return padded.astype(weight.dtype)
 
@@ -108,3 +111,59 @@ class PaddedStemKind(PaddedOutputKind):
         b = operands.out_block
         conv = bb.emit(output_blocked_conv(operands.data, _padded_weight(site), site.attrs, b))
         return _real_channels_nchw(bb, conv, b, site.w_shape[0])
+
+
+class PaddedWideKind(ConvKind):
+    """A dense conv whose output channels are held in half-register blocks, on a CPU whose
+    whole-register FMA does twice a half register's work (``isa.full_width_fma``: Zen 5, Xeon
+    Scalable; not Zen 4, whose 512-bit FMA is two 256-bit halves): computed with zero filters up
+    to whole registers, then moved into the half blocks the rest of the island reads.
+
+    In half blocks such a conv is capped at half the FMA peak: PP-OCRv6's stride-2 48→24 3×3 at
+    160² ran at 36% of peak on a Zen 5, 0.72 ms against onnxruntime's 0.41 (2026-12-05), and at
+    the same speed as onnxruntime's node on a Zen 4. Padding computes ``lanes/2`` zero channels
+    at most, so only counts it wastes no more than a third of (24 channels as 32 and up) are
+    padded. A 3×3 stride-1 conv is left to the dense kind, whose Winograd variant the search
+    measures against it."""
+
+    name: ClassVar[str] = "padded-wide"
+
+    def decide(self, site: ConvSite) -> Decision | None:
+        channels, lanes = site.w_shape[0], site.lanes
+        padded = padded_channels(channels, lanes)
+        if (
+            not site.full_width_fma
+            or site.groups != 1
+            or not site.constant_weight
+            or site.out_block is None
+            or site.out_block == lanes
+            or site.in_block is None
+            or site.x_shape[1] % site.in_block
+            or 3 * padded > 4 * channels
+            or str(site.call.args[0].ty.dtype) != "float32"
+            or winograd.applies(site.w_shape[2:], site.attrs.strides, site.attrs.dilation, 1)
+        ):
+            return None
+        return Decision(
+            True,
+            f"{channels} output channels computed as {padded} in {lanes}-channel blocks"
+            f" (zero filters), moved to NCHW{site.out_block}c",
+        )
+
+    def out_channels(self, site: ConvSite) -> int:
+        return padded_channels(site.w_shape[0], site.lanes)
+
+    def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
+        a, b, half = operands.data_block, operands.out_block, site.out_block
+        assert a is not None and half is not None
+        weight = _padded_weight(site, b)
+        packed = relax.const(block_weight(weight, a, b), str(weight.dtype))
+        conv = bb.emit(blocked_conv2d(operands.data, packed, site.attrs, a, b))
+        # Reshapes and a permutation rather than a layout_transform: FuseOps merges them with
+        # the slice and the elementwise ops after it into one pass over the output.
+        n, blocks, h, w, _ = (int(d) for d in conv.ty.shape.values)
+        halves = b // half
+        split = relax.op.reshape(conv, (n, blocks, h, w, halves, half))
+        moved = relax.op.permute_dims(split, (0, 1, 4, 2, 3, 5))
+        merged = relax.op.reshape(moved, (n, blocks * halves, h, w, half))
+        return relax.op.strided_slice(merged, axes=[1], begin=[0], end=[site.w_shape[0] // half])
