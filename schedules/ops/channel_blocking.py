@@ -32,6 +32,9 @@ from .annotations import SCHEDULED
 
 #: FuseOps' pattern for an op it must leave alone (``relay::kOpaque``).
 OPAQUE = 8
+#: Elements a re-blocking copies in parallel from: 48×5×7 twice took 0.0027 ms on two threads,
+#: 0.0007 on one (TVM's serial gather; Zen 5, under load).
+_PARALLEL_ELEMENTS = 1 << 15
 
 
 def transposable(block: int, lanes: int, dtype: str) -> bool:
@@ -173,4 +176,45 @@ def channel_blocking_kernel(
                     if not to_blocked:
                         src, dst = dst, src
                     T.buffer_store(flat_target, flat_source[src], [dst])
+    return builder.get()
+
+
+def reblocking_kernel(
+    shape: Sequence[int], block: int, new_block: int, dtype: str
+) -> tirx.PrimFunc:
+    """The scheduled kernel NCHW{block}c → NCHW{new_block}c of a tensor of NCHW ``shape``:
+    both blocks divide the channels, and the narrower divides the wider.
+
+    Each pixel's ``new_block`` channels are whole runs of ``min(block, new_block)`` channels
+    of one source block, so the move is a copy of contiguous runs, one vector each. TVM's
+    ``te_layout_transform`` of it computes every element's source block and lane: PP-OCRv6's
+    24 + 24-channel stem concat re-blocked 8 → 16 at 160² took 0.084 ms (Zen 5)."""
+    n, channels, height, width = (int(d) for d in shape)
+    run = min(block, new_block)
+    assert channels % block == 0 and channels % new_block == 0 and max(block, new_block) % run == 0
+    pixels = height * width
+    total = n * channels * pixels
+    rows = n * channels // new_block * height
+    with IRBuilder() as builder, T.prim_func(private=True, s_tir=True):
+        T.func_attr({"tirx.noalias": True, SCHEDULED: True, "op_pattern": OPAQUE})
+        source = T.arg("x", T.Buffer((n, channels // block, height, width, block), dtype))
+        target = T.arg("y", T.Buffer((n, channels // new_block, height, width, new_block), dtype))
+        with T.sblock("root"):
+            flat_source = T.decl_buffer((total,), dtype, data=source.data)
+            flat_target = T.decl_buffer((total,), dtype, data=target.data)
+            # A small tensor is copied by one thread: waking the pool costs more than the copy.
+            rows_loop = T.parallel if total >= _PARALLEL_ELEMENTS else T.serial
+            with rows_loop(0, rows) as row, T.serial(0, width) as x:
+                group, y = row // height, row % height
+                pixel = y * width + x
+                for j in range(new_block // run):
+                    # channel group·new_block + j·run, in the source's block and lane
+                    channel = group * new_block + j * run
+                    src = ((channel // block) * pixels + pixel) * block + channel % block
+                    dst = (group * pixels + pixel) * new_block + j * run
+                    T.buffer_store(
+                        flat_target,
+                        flat_source[tirx.Ramp(src, 1, run)],
+                        [tirx.Ramp(dst, 1, run)],
+                    )
     return builder.get()

@@ -1,5 +1,6 @@
 """The register transposes into and out of channel blocks (schedules/ops/channel_blocking.py):
-exact copies of numpy's transposes, whole tiles, pixel tails and batches, both directions."""
+exact copies of numpy's transposes, whole tiles, pixel tails and batches, both directions; and
+the copy from blocks of one width to another."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from tvm import tirx
 from tvm.ir import IRModule
 
 from convtune.schedules.ops.annotations import SCHEDULED
-from convtune.schedules.ops.channel_blocking import channel_blocking_kernel, transposable
+from convtune.schedules.ops.channel_blocking import (
+    channel_blocking_kernel,
+    reblocking_kernel,
+    transposable,
+)
 from tests.schedules.kernels import assembly, run
 
 
@@ -78,3 +83,23 @@ def test_only_fp32_blocks_of_a_register_or_half_of_one_are_transposed() -> None:
     assert transposable(16, 16, "float32") and transposable(8, 16, "float32")
     assert not transposable(4, 16, "float32")  # a quarter register: TVM's transform
     assert not transposable(16, 16, "int8") and not transposable(16, 16, "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("shape", "block", "new_block", "dtype"),
+    [
+        ((1, 48, 6, 5), 8, 16, "float32"),  # PP-OCRv6's 24 + 24 stem concat into 16-blocks
+        ((2, 32, 5, 7), 16, 8, "float32"),  # a batch, and 16 → 8
+        ((1, 64, 40, 40), 16, 8, "float32"),  # large enough for the parallel copy
+        ((1, 32, 3, 3), 8, 16, "int8"),  # any dtype: a copy of runs
+    ],
+)
+def test_a_reblocking_copies_exactly(
+    shape: tuple[int, ...], block: int, new_block: int, dtype: str
+) -> None:
+    x = (np.random.default_rng(2).standard_normal(shape) * 50).astype(dtype)
+    kernel = reblocking_kernel(shape, block, new_block, dtype)
+    got = run(_module(kernel), [_blocked(x, block), np.zeros_like(_blocked(x, new_block))])
+    np.testing.assert_array_equal(got, _blocked(x, new_block))
+    asm = assembly(_module(kernel))
+    assert "vinsertps" not in asm and "vgather" not in asm  # whole runs, no float alone

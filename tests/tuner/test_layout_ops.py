@@ -714,3 +714,12 @@ def test_half_blocked_outputs_are_computed_padded_where_the_whole_register_is_fa
     ours = Artifact.load(so_path, ["x"]).run(feeds)
     reference = [np.asarray(r) for r in models.run_onnxruntime(original, feeds)]
     assert compare(ours, reference, [o.name for o in ingested.outputs], seed=1).passed
+
+
+def test_a_concat_of_half_blocks_is_reblocked_by_a_copy_of_runs(target) -> None:
+    """The 8 → 16 re-blocking of the whole concat is the copy of 8-channel runs
+    (``channel_blocking.reblocking_kernel``), not TVM's gather."""
+    mod = model_for_target(load_model(models.to_bytes(concat_half_blocks())), target).mod
+    names = [gvar.name_hint for gvar in mod.functions]
+    assert [name for name in names if name.startswith("reblock")], names
+    assert not [name for name in names if "layout_transform" in name], names

@@ -58,7 +58,11 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 from tvm.tirx import IndexMap
 
-from convtune.schedules.ops.channel_blocking import channel_blocking_kernel, transposable
+from convtune.schedules.ops.channel_blocking import (
+    channel_blocking_kernel,
+    reblocking_kernel,
+    transposable,
+)
 from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.dense import reblock
 from convtune.schedules.ops.dot_conv import format_of_data
@@ -1130,9 +1134,30 @@ def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, boo
     return None
 
 
+def _reblocking(call: Call) -> tuple[tuple[int, ...], int, int] | None:
+    """(NCHW shape, block, new block) of a ``layout_transform`` NCHW{block}c →
+    NCHW{new_block}c, else None."""
+    source, result = _shape(call.args[0]), _shape(call)
+    if source is None or result is None or len(source) != 5 or len(result) != 5:
+        return None
+    block, new_block = source[4], result[4]
+    channels = source[1] * block
+    if call.attrs.pad_value is not None or result[1] * new_block != channels:
+        return None
+    if not call.attrs.index_map.is_equivalent_to(IndexMap.from_func(reblock(block, new_block))):
+        return None
+    return (source[0], channels, source[2], source[3]), block, new_block
+
+
 def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr:
     """An activation's move into or out of the blocked layout as the register transpose
-    (``schedules/ops/channel_blocking.py``), any other layout transform by TVM."""
+    (``schedules/ops/channel_blocking.py``), from blocks to blocks of another width as a copy
+    of runs of channels, any other layout transform by TVM."""
+    moved = _reblocking(call)
+    if moved is not None and max(moved[1:]) % min(moved[1:]) == 0:
+        shape, block, new_block = moved
+        kernel = reblocking_kernel(shape, block, new_block, str(call.args[0].ty.dtype))
+        return relax.call_tir(bb.add_func(kernel, "reblock"), [call.args[0]], call.ty)
     found = _channel_blocking(call, lanes)
     if found is None:
         return _LAYOUT_TRANSFORM.get_attr("FLegalize")(bb, call)
