@@ -1136,7 +1136,7 @@ def _channel_blocking(call: Call, lanes: int) -> tuple[tuple[int, ...], int, boo
 
 def _reblocking(call: Call) -> tuple[tuple[int, ...], int, int] | None:
     """(NCHW shape, block, new block) of a ``layout_transform`` NCHW{block}c →
-    NCHW{new_block}c, else None."""
+    NCHW{new_block}c that :func:`reblocking_kernel` copies, else None."""
     source, result = _shape(call.args[0]), _shape(call)
     if source is None or result is None or len(source) != 5 or len(result) != 5:
         return None
@@ -1144,6 +1144,8 @@ def _reblocking(call: Call) -> tuple[tuple[int, ...], int, int] | None:
     channels = source[1] * block
     if call.attrs.pad_value is not None or result[1] * new_block != channels:
         return None
+    if max(block, new_block) % min(block, new_block):
+        return None  # runs of the narrower block would straddle the wider one's blocks
     if not call.attrs.index_map.is_equivalent_to(IndexMap.from_func(reblock(block, new_block))):
         return None
     return (source[0], channels, source[2], source[3]), block, new_block
@@ -1154,7 +1156,7 @@ def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr
     (``schedules/ops/channel_blocking.py``), from blocks to blocks of another width as a copy
     of runs of channels, any other layout transform by TVM."""
     moved = _reblocking(call)
-    if moved is not None and max(moved[1:]) % min(moved[1:]) == 0:
+    if moved is not None:
         shape, block, new_block = moved
         kernel = reblocking_kernel(shape, block, new_block, str(call.args[0].ty.dtype))
         return relax.call_tir(bb.add_func(kernel, "reblock"), [call.args[0]], call.ty)
