@@ -13,8 +13,13 @@ from tvm.target import Target, codegen
 ACCUMULATORS = {16: 28, 8: 14}
 
 
+def _mcpu(target: Target) -> str:
+    """The target's CPU name, the host's when it names none."""
+    return str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
+
+
 def _has_feature(target: Target, feature: str) -> bool:
-    mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
+    mcpu = _mcpu(target)
     triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
     # -mattr counts: a VM's znver4 without AVX-512 is "znver4" with "-avx512f" (tuner/target.py).
     mattr = [str(attr) for attr in target.attrs.get("mattr", [])]
@@ -46,8 +51,7 @@ _SPLIT_512_FMA = frozenset({"znver4"})
 def full_width_fma(target: Target) -> bool:
     """Whether a 16-lane FMA does twice the work per cycle of an 8-lane one on ``target``: an
     AVX-512 CPU whose 512-bit FMA units are full width (Zen 5, Xeon Scalable), not Zen 4's."""
-    mcpu = str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
-    return has_avx512(target) and mcpu not in _SPLIT_512_FMA
+    return has_avx512(target) and _mcpu(target) not in _SPLIT_512_FMA
 
 
 def vector_lanes(target: Target) -> int:

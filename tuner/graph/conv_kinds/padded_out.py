@@ -138,10 +138,11 @@ class PaddedWideKind(ConvKind):
             or site.out_block is None
             or site.out_block == lanes
             or site.in_block is None
-            or site.x_shape[1] % site.in_block
             or 3 * padded > 4 * channels
             or str(site.call.args[0].ty.dtype) != "float32"
-            or winograd.applies(site.w_shape[2:], site.attrs.strides, site.attrs.dilation, 1)
+            or winograd.applies(
+                site.w_shape[2:], site.attrs.strides, site.attrs.dilation, site.groups
+            )
         ):
             return None
         return Decision(
