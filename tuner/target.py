@@ -55,13 +55,35 @@ def masked_features(mcpu: str, flags: set[str]) -> list[str]:
     )
 
 
+#: LLVM features a VM's CPU may offer beyond what LLVM's name for it implies: an AMX Xeon guest
+#: reports family 6 model 167, which LLVM names ``rocketlake`` (no AMX, no AVX-512 BF16 or FP16),
+#: while its flags are a Sapphire Rapids host's (2026-12-03 and 2026-12-05).
+_OFFERED_FEATURES = ("amx-tile", "amx-int8", "amx-bf16", "avx512bf16", "avx512fp16")
+
+
+def offered_features(mcpu: str, flags: set[str]) -> list[str]:
+    """The features of :data:`_OFFERED_FEATURES` that ``flags`` (/proc/cpuinfo) have and LLVM's
+    ``mcpu`` does not imply."""
+    have = {_flag_key(flag) for flag in flags}
+    triple = codegen.llvm_get_system_triple()
+    implied = {
+        str(f) for f in codegen.llvm_get_cpu_features(
+            Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
+        )
+    }  # fmt: skip
+    return [f for f in _OFFERED_FEATURES if _flag_key(f) in have and f not in implied]
+
+
 def host_target_spec() -> dict[str, Any]:
-    """This host as an LLVM target: its CPU name, minus the vector features it does not offer."""
+    """This host as an LLVM target: its CPU name, minus the vector features it does not offer,
+    plus those it offers that the name does not imply."""
     mcpu = codegen.llvm_get_system_cpu()
     spec: dict[str, Any] = {"kind": "llvm", "mcpu": mcpu, "num-cores": physical_cores()}
-    masked = masked_features(mcpu, cpu_flags())
-    if masked:
-        spec["mattr"] = [f"-{feature}" for feature in masked]
+    flags = cpu_flags()
+    mattr = [f"-{feature}" for feature in masked_features(mcpu, flags)]
+    mattr += [f"+{feature}" for feature in offered_features(mcpu, flags)]
+    if mattr:
+        spec["mattr"] = mattr
     return spec
 
 

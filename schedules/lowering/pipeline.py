@@ -11,6 +11,7 @@ from typing import Any
 import tvm
 
 from . import fast_math
+from .amx_tiles import ConfigureAmxTiles
 from .bf16_dot import LinkDpbf16ps
 from .denormals import FlushDenormals
 from .peel_tails import NarrowPeeledLoops
@@ -22,8 +23,11 @@ PIPELINE = "s_tir"
 #: Our passes, in order, after TVM's TIR pipeline and before its host passes (which turn
 #: allocations into workspace calls, so ``KeepLocalsOnStack`` must come before them).
 #: ``LinkDpbf16ps`` must follow TVM's bf16 legalization (in its pipeline), which would rewrite
-#: the wrapper's operands.
-PASSES = (InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals)
+#: the wrapper's operands. ``ConfigureAmxTiles`` must follow ``FlushDenormals``, which splits
+#: each parallel loop into one chunk per task.
+PASSES = (
+    InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals, ConfigureAmxTiles,
+)  # fmt: skip
 #: Our passes before TVM's pipeline, on the scheduled functions.
 PRE_PASSES = (NarrowPeeledLoops,)
 

@@ -37,6 +37,12 @@ def has_vnni(target: Target) -> bool:
     return _has_feature(target, "avx512vnni")
 
 
+def has_amx_int8(target: Target) -> bool:
+    """Whether the target CPU has AMX tiles with the int8 product (``tdpbusd``): Sapphire Rapids
+    and later Xeons (``schedules/ops/amx.py``)."""
+    return _has_feature(target, "amx-tile") and _has_feature(target, "amx-int8")
+
+
 def has_bf16(target: Target) -> bool:
     """Whether the target CPU has AVX-512 BF16 (``vdpbf16ps`` on zmm): Cooper Lake, Sapphire
     Rapids and later Xeons, Zen 4 and Zen 5."""

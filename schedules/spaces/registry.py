@@ -18,6 +18,7 @@ from .bf16_dot import Bf16DotConvSpace
 from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
+from .int8_amx import Int8AmxConvSpace
 from .int8_vnni import Int8VnniConvSpace
 from .lrn import LrnSpace
 from .matmul_regblock import MatmulSpace
@@ -41,6 +42,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     MatmulSpace(),
     WinogradConvSpace(),
     Int8VnniConvSpace(),
+    Int8AmxConvSpace(),
     Bf16DotConvSpace(),
 )
 

@@ -53,3 +53,24 @@ def with_each_column_block(
         sch = Schedule(mod)
         trace.apply_to_schedule(sch, remove_postproc=True)
         yield c, sch.mod
+
+
+def random_task_args(task: IRModule, seed: int = 3) -> list[np.ndarray]:
+    """Random arguments for a real int8 conv task (u8 data, s8 weights, an s32 zero-point
+    correction, then its float scale (sums of ~1e5 to a few units) and bias)."""
+    rng = np.random.default_rng(seed)
+    args: list[np.ndarray] = []
+    floats = 0
+    for info in ArgInfo.from_prim_func(task["main"]):
+        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+        if dtype == "uint8":
+            args.append(rng.integers(0, 256, shape, dtype=np.uint8))
+        elif dtype == "int8":
+            args.append(rng.integers(-128, 128, shape, dtype=np.int8))
+        elif dtype == "int32":  # a zero-point correction
+            args.append(rng.integers(-(2**16), 2**16, shape, dtype=np.int32))
+        else:
+            value = rng.uniform(1e-5, 3e-5, shape) if floats == 0 else rng.normal(0, 0.5, shape)
+            args.append(value.astype(dtype))
+            floats += 1
+    return args

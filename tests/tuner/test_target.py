@@ -8,9 +8,14 @@ import textwrap
 
 from tvm.target import Target, codegen
 
-from convtune.schedules.ops.isa import has_vnni, vector_lanes
+from convtune.schedules.ops.isa import has_amx_int8, has_bf16, has_vnni, vector_lanes
 from convtune.tuner.cpu_flags import cpu_flags
-from convtune.tuner.target import host_target_spec, make_target, masked_features
+from convtune.tuner.target import (
+    host_target_spec,
+    make_target,
+    masked_features,
+    offered_features,
+)
 
 #: /proc/cpuinfo flags of a Zen 4 that shows all of its AVX-512.
 ZEN4_FLAGS = {
@@ -51,6 +56,19 @@ def test_a_vm_hiding_avx512_masks_it_and_the_schedules_see_avx2() -> None:
     assert vector_lanes(target) == 8
     assert not has_vnni(target)
     assert codegen.llvm_cpu_has_features(["avx2"], target)
+
+
+def test_a_vm_underselling_its_cpu_gets_the_features_its_flags_show() -> None:
+    """The 2026-12-05 guest: family 6 model 167, which LLVM names ``rocketlake``, with the AMX,
+    AVX-512 BF16 and FP16 flags of a Sapphire Rapids host."""
+    flags = ZEN4_FLAGS | {"amx_tile", "amx_int8", "amx_bf16", "avx512_fp16"}
+    offered = offered_features("rocketlake", flags)
+    assert offered == ["amx-tile", "amx-int8", "amx-bf16", "avx512bf16", "avx512fp16"]
+    target = Target({"kind": "llvm", "mcpu": "rocketlake", "mattr": [f"+{f}" for f in offered]})
+    assert has_amx_int8(target) and has_bf16(target)
+    assert not has_amx_int8(Target({"kind": "llvm", "mcpu": "rocketlake"}))
+    assert offered_features("sapphirerapids", flags) == [], "implied by the name already"
+    assert offered_features("rocketlake", ZEN4_FLAGS) == ["avx512bf16"]
 
 
 def test_host_target_runs_what_it_builds() -> None:

@@ -27,7 +27,7 @@ from tvm.target import Target
 from tvm_ffi import structural_hash
 
 from convtune.schedules.ops.annotations import SCHEDULED
-from convtune.schedules.ops.isa import has_bf16, has_vnni, vector_lanes
+from convtune.schedules.ops.isa import has_amx_int8, has_bf16, has_vnni, vector_lanes
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
@@ -175,7 +175,9 @@ def to_relax(
     notes: list[str] = []
     if target is not None:
         try:
-            mod, integer = integer_convs(mod, vector_lanes(target), has_vnni(target))
+            mod, integer = integer_convs(
+                mod, vector_lanes(target), has_vnni(target), has_amx_int8(target)
+            )
             notes = integer.notes()
             if integer.quantized:
                 mod = singleton_qparams(mod)
@@ -586,16 +588,23 @@ def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
     return {"layout": conv.layout, "layout_reason": conv.reason, "precision": conv.precision}
 
 
-def _computed_anchor(anchor: _Anchor, plan: LayoutPlan | None, index: int) -> _Anchor:
+def _computed_anchor(
+    anchor: _Anchor, plan: LayoutPlan | None, index: int, desc: dict[str, Any]
+) -> _Anchor:
     """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
-    its output channels to a block, its TIR block has more outputs than the ONNX node."""
+    its output channels to a block, its TIR block has more outputs than the ONNX node; with
+    the zero kernel columns that fill an AMX tile row (``conv_kinds/int8_amx.py``), a longer
+    reduction."""
     if plan is None or plan.fallback or index >= len(plan.convs):
         return anchor
     conv = plan.convs[index]
-    if conv.computed_channels <= conv.out_channels:
-        return anchor
-    outputs = anchor.outputs // conv.out_channels * conv.computed_channels
-    return _Anchor(outputs=outputs, reduction=anchor.reduction)
+    outputs, reduction = anchor.outputs, anchor.reduction
+    if conv.computed_channels > conv.out_channels:
+        outputs = outputs // conv.out_channels * conv.computed_channels
+    columns = int(desc["weight"][-1])
+    if conv.computed_columns > columns:
+        reduction = reduction // columns * conv.computed_columns
+    return _Anchor(outputs=outputs, reduction=reduction)
 
 
 def _compile_error(stage: str, exc: BaseException) -> UnsupportedOpError:
@@ -639,7 +648,7 @@ def _link_onnx_nodes(
         anchor, desc = found
         if node.op_type == "Conv":
             desc.update(_conv_layout(plan, conv_index))
-            anchor = _computed_anchor(anchor, plan, conv_index)
+            anchor = _computed_anchor(anchor, plan, conv_index, desc)
         elif node.op_type == "ConvTranspose" and plan is not None:
             desc.update(layout="NCHW", layout_reason="ConvTranspose is compiled NCHW")
         anchors = {anchor, *_padded_anchors(anchor, desc)}

@@ -66,7 +66,7 @@ from convtune.schedules.ops.channel_blocking import (
 from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.dense import reblock
 from convtune.schedules.ops.dot_conv import format_of_data
-from convtune.schedules.ops.isa import full_width_fma, vector_lanes
+from convtune.schedules.ops.isa import full_width_fma, has_amx_int8, vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .inplace_concat import write_concats_in_place
@@ -146,6 +146,9 @@ class ConvLayout:
     computed_channels: int = 0
     #: What it multiplies: "int8" (u8×s8→s32) or "bf16" (``conv_kinds/dot.py``), or "fp32".
     precision: str = "fp32"
+    #: The kernel columns its reduction runs over: more than the kernel's where zero columns
+    #: fill an AMX tile row (``conv_kinds/int8_amx.py``); 0 until it is planned blocked.
+    computed_columns: int = 0
 
     @property
     def blocked(self) -> bool:
@@ -180,6 +183,9 @@ class LayoutPlan:
     #: Whether the target's whole-register FMA does twice a half register's work
     #: (``isa.full_width_fma``): half-blocked conv outputs are then computed padded.
     full_width_fma: bool = False
+    #: Whether the target has AMX-INT8 tiles: integer 3×3 convs then pack their kernel
+    #: columns into the reduction (``conv_kinds/int8_taps.py``).
+    amx_int8: bool = False
     convs: list[ConvLayout] = field(default_factory=list)
     #: ``layout_transform`` calls on activations at run time (island edges).
     transforms: int = 0
@@ -619,6 +625,7 @@ class _BlockingMutator(PyExprMutator):
             self.plan.failure = (index, exc)
             raise
         entry.computed_channels = kind.out_channels(site)
+        entry.computed_columns = kind.computed_columns(site)
         dot = format_of_data(str(site.call.args[0].ty.dtype))
         entry.precision = dot.precision if dot is not None else "fp32"
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
@@ -657,6 +664,7 @@ class _BlockingMutator(PyExprMutator):
             input_blocked=isinstance(data, relax.Var) and data in self.blocked,
             lanes=self.lanes,
             full_width_fma=self.plan.full_width_fma,
+            amx_int8=self.plan.amx_int8,
         )
         return site, ""
 
@@ -1077,6 +1085,7 @@ def plan_blocked_layout(
     plan = LayoutPlan(
         lanes=lanes,
         full_width_fma=full_width_fma(target),
+        amx_int8=has_amx_int8(target),
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
         half_blocked=sorted(half_blocked_counts(mod, lanes)),

@@ -24,6 +24,8 @@ and why the others did not.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tvm import relax
 from tvm.ir import IRModule, Op
@@ -42,9 +44,14 @@ _DEQUANTIZE = Op.get("relax.dequantize")
 _QDQ = (Op.get("relax.quantize"), _DEQUANTIZE)
 
 
+@dataclass
 class IntegerConvs(ConvRewrites):
     """What :func:`integer_convs` did: the convs it made integer, and why the others stayed
     fp32 (reason → count)."""
+
+    #: What runs them: "VNNI", or "AMX-tile" where the target has AMX-INT8 (the layout pass
+    #: then gives every conv a tile register block fits the AMX op, ``conv_kinds/int8_amx.py``).
+    kernels: str = "VNNI"
 
     @property
     def quantized(self) -> bool:
@@ -55,7 +62,7 @@ class IntegerConvs(ConvRewrites):
         """One line for the job's notes, or none for a model without QDQ convs."""
         if not self.quantized:
             return []
-        return [self.line("int8", "quantized convs run as u8×s8 VNNI kernels")]
+        return [self.line("int8", f"quantized convs run as u8×s8 {self.kernels} kernels")]
 
 
 def _const(expr: Expr) -> np.ndarray | None:
@@ -150,10 +157,14 @@ class _IntegerConvMutator(PyExprMutator):
         return relax.op.multiply(relax.op.astype(acc, "float32"), relax.const(scale, "float32"))
 
 
-def integer_convs(mod: IRModule, lanes: int, vnni: bool) -> tuple[IRModule, IntegerConvs]:
+def integer_convs(
+    mod: IRModule, lanes: int, vnni: bool, amx: bool = False
+) -> tuple[IRModule, IntegerConvs]:
     """``mod`` (as TVM's ONNX frontend made it, before constant folding) with its QDQ convs as
-    integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so."""
+    integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so
+    (``amx``: it has AMX-INT8 tiles too)."""
     mutator_ = _IntegerConvMutator(mod, lanes, vnni)
+    mutator_.result.kernels = "AMX-tile" if amx else "VNNI"
     out = relax.transform.DeadCodeElimination()(rewrite_functions(mutator_, mod))
     return out, mutator_.result
 

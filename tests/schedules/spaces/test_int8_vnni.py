@@ -41,6 +41,7 @@ from convtune.tuner.target import make_target
 from tests.models import conv_net, silu_model, to_bytes
 from tests.schedules.dot_conv_cases import (
     from_blocked,
+    random_task_args,
     reference_conv,
     to_blocked,
     with_each_column_block,
@@ -223,21 +224,7 @@ def test_a_real_tasks_design_equals_the_unscheduled_task(int8_tasks, name: str) 
     task = int8_tasks[name]
     infos = ArgInfo.from_prim_func(task["main"])
     assert [str(i.dtype) for i in infos].count("int32") == 1  # the zero-point correction
-    rng = np.random.default_rng(3)
-    args = []
-    floats = 0
-    for info in infos:
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        if dtype == "uint8":
-            args.append(rng.integers(0, 256, shape, dtype=np.uint8))
-        elif dtype == "int8":
-            args.append(rng.integers(-128, 128, shape, dtype=np.int8))
-        elif dtype == "int32":  # a zero-point correction
-            args.append(rng.integers(-(2**16), 2**16, shape, dtype=np.int32))
-        else:  # the scale (sums of ~1e5 to a few units), then the bias
-            value = rng.uniform(1e-5, 3e-5, shape) if floats == 0 else rng.normal(0, 0.5, shape)
-            args.append(value.astype(dtype))
-            floats += 1
+    args = random_task_args(task)
     reference = run(task, args)
     assert len(np.unique(reference)) > 16  # not all clamped
     chunks = _out_chunks(task)

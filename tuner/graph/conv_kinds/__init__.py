@@ -9,6 +9,7 @@ from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
 from .dot import Bf16Kind, Int8Kind, dot_refusal
+from .int8_amx import Int8AmxKind
 from .padded_out import PaddedOutputKind, PaddedStemKind, PaddedWideKind
 from .stem import StemKind
 from .winograd import WinogradKind
@@ -16,6 +17,7 @@ from .winograd import WinogradKind
 #: Base kinds are asked in this order (the first that answers decides; dense, the catch-all,
 #: last); variants are asked after their base kind decided to block a conv.
 CONV_KINDS: tuple[ConvKind, ...] = (
+    Int8AmxKind(),
     Int8Kind(),
     Bf16Kind(),
     DepthwiseKind(),

@@ -36,6 +36,8 @@ class ConvSite:
     lanes: int = 16
     #: Whether a whole register's FMA does twice a half register's work (``isa.full_width_fma``).
     full_width_fma: bool = False
+    #: Whether the target has AMX-INT8 tiles (``isa.has_amx_int8``).
+    amx_int8: bool = False
 
     @property
     def attrs(self) -> Any:
@@ -91,6 +93,10 @@ class ConvKind(ABC):
     def out_channels(self, site: ConvSite) -> int:
         """The output channels the blocked conv computes (the block is chosen for them)."""
         return site.w_shape[0]
+
+    def computed_columns(self, site: ConvSite) -> int:
+        """The kernel columns the blocked conv's reduction runs over."""
+        return site.w_shape[3]
 
     @abstractmethod
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
