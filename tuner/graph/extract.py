@@ -42,6 +42,7 @@ from convtune.tuner.graph.lrn import fuse_local_response_norms
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
 from convtune.tuner.graph.pad_pattern import padding_is_not_elementwise
 from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
+from convtune.tuner.graph.reciprocal_quantize import legalize_quantize
 from convtune.tuner.graph.wide_means import legalize_mean
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
 
@@ -224,7 +225,9 @@ def fusion_passes() -> list[tvm.transform.Pass]:
     analysis; ``fuse`` (task extraction) and ``library.build_library`` share it, so task keys
     match."""
     return [
-        relax.transform.LegalizeOps({"relax.mean": legalize_mean}),
+        relax.transform.LegalizeOps(
+            {"relax.mean": legalize_mean, "relax.quantize": legalize_quantize}
+        ),
         relax.transform.AnnotateTIROpPattern(),
         elementwise_table_lookups,
         padding_is_not_elementwise,

@@ -73,6 +73,7 @@ from .inplace_concat import write_concats_in_place
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle, shuffled_position
+from .reciprocal_quantize import legalize_quantize
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -1191,6 +1192,7 @@ def legalize(mod: IRModule, target: Target) -> IRModule:
                 "relax.layout_transform": partial(_legalize_layout_transform, lanes=lanes),
                 "relax.take": legalize_table_lookup,
                 "relax.mean": legalize_mean,
+                "relax.quantize": legalize_quantize,
             }
         )(mod)
 
