@@ -6,18 +6,21 @@ layout of a VNNI weight tile) in one ``tdpbusd``. Measured on a Sapphire-Rapids-
 (2026-12-05, one core): one ``tdpbusd`` costs 5.0 ns whatever M (7 to 16) and K (16 to 64),
 so 3,234 GMAC/s at M = 16, K = 64; 802 at K = 16; against about 450 for ``vpdpbusd`` on zmm.
 
-Our int8 convs keep activations in ``NCHW16c`` (``dot_conv.py``): a tile row is one output
-pixel's sixteen input channels (K = 16), rows are consecutive pixels of an output row (stride 1
-along the width), and ``B`` is one 4 × 16 × 4 weight tile as packed for VNNI. The accumulators
-stay in tile registers across the whole reduction, which a tensor intrinsic cannot express, so
-the three intrinsics agree on fixed registers:
+The AMX conv (``int8_amx.py``) keeps activations in ``NCHW16c``: a tile row is ``taps``
+consecutive input pixels of sixteen channels (K = 16 · taps bytes), rows are consecutive output
+pixels of an output row, ``stride`` input pixels apart, and a weight tile is 4 · taps rows of
+sixteen output channels × 4. The accumulators stay in tile registers across the whole
+reduction, which a tensor intrinsic cannot express, so the three intrinsics of a register block
+(``m_tiles`` × ``n_tiles`` accumulators, at most four) agree on fixed registers:
 
-- **init** (the reduction's init block): configure the tiles (``ldtilecfg``) and zero the
-  accumulators ``tmm0..tmm{m_tiles-1}``;
-- **update** (one reduction step): load the weight tile into ``tmm6``, then per accumulator its
-  ``rows`` input pixels into ``tmm4``/``tmm5`` (alternating, so one load overlaps the previous
-  product) and ``tdpbusd``;
-- **store** (the copy of the accumulators out): ``tilestored`` each into the conv's output rows.
+- **init** (the reduction's init block): call the block's tile configuration (moved to the
+  start of each parallel task by ``schedules/lowering/amx_tiles.py``) and zero the accumulators
+  ``tmm0..3``;
+- **update** (one reduction step): per pixel tile its rows into ``tmm4``/``tmm5``, per output
+  chunk its weight tile into ``tmm6``/``tmm7`` (loaded once when there are at most two), and a
+  ``tdpbusd`` per accumulator;
+- **store** (the copy of the accumulators out): ``tilestored`` each into the conv's output,
+  which the space lays out pixel-major so the tiles of a block are one region.
 
 Their descriptions read and write the ``local`` accumulator buffer like the compute does, so
 tensorize matches them; their implementations never touch it (LLVM drops the unused array).
@@ -50,6 +53,10 @@ MAX_ROWS = 16
 #: tmm6, tmm7.
 MAX_ACCUMULATORS = 4
 _INPUT_TILES = 2
+
+#: Fewest rows a tile may have: below, a ``tdpbusd`` (the same 16 cycles at any row count)
+#: does less work than a zmm ``vpdpbusd`` register block.
+MIN_ROWS = 4
 
 _CONFIG_PREFIX = "convtune_amx_tiles"
 _CONFIG_NAME = re.compile(rf"{_CONFIG_PREFIX}_m(\d+)_k(\d+)$")
@@ -97,6 +104,13 @@ class AmxBlock:
         if not _registered(names[0]):
             _register(self, names)
         return names
+
+
+def tile_rows(out_width: int) -> int | None:
+    """The rows of a tile for output rows ``out_width`` pixels wide: the widest divisor up to
+    16, None when that is under :data:`MIN_ROWS` (a prime width over 16, or a narrow one)."""
+    rows = max(d for d in range(1, MAX_ROWS + 1) if out_width % d == 0)
+    return rows if rows >= MIN_ROWS else None
 
 
 def _registered(name: str) -> bool:
@@ -335,7 +349,9 @@ __all__ = [
     "AMX_N",
     "MAX_ACCUMULATORS",
     "MAX_ROWS",
+    "MIN_ROWS",
     "AmxBlock",
     "is_tile_config",
     "tile_config_ir",
+    "tile_rows",
 ]

@@ -35,7 +35,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
-from ..ops.amx import MAX_ACCUMULATORS, MAX_ROWS, AmxBlock
+from ..ops.amx import MAX_ACCUMULATORS, AmxBlock, tile_rows
 from ..ops.int8_amx import AMX_CONV_BLOCK, AMX_DATA_BLOCK
 from ..ops.isa import has_amx_int8
 from ..ops.nchwc import (
@@ -50,16 +50,13 @@ from ..ops.nchwc import (
 from .base import ScheduleSpace
 
 SPACE_NAME = "int8-amx"
-#: Fewest rows a tile may have: below, a ``tdpbusd`` (the same 16 cycles at any row count)
-#: does less work than a zmm ``vpdpbusd`` register block.
-MIN_ROWS = 4
 
 
 def amx_blocks(out_width: int, oc_chunks: int, stride: int = 1, taps: int = 1) -> list[AmxBlock]:
     """The register blocks of an output row ``out_width`` pixels wide and ``oc_chunks`` output
     channel chunks (see the module doc)."""
-    rows = max(d for d in range(1, MAX_ROWS + 1) if out_width % d == 0)
-    if rows < MIN_ROWS:
+    rows = tile_rows(out_width)
+    if rows is None:
         return []
     return [
         AmxBlock(rows, m, n, stride, taps)
@@ -190,6 +187,6 @@ class Int8AmxConvSpace(ScheduleSpace):
 
 
 __all__ = [
-    "MIN_ROWS", "SPACE_NAME", "AmxConv", "AmxDesign", "Int8AmxConvSpace", "amx_blocks", "amx_conv",
+    "SPACE_NAME", "AmxConv", "AmxDesign", "Int8AmxConvSpace", "amx_blocks", "amx_conv",
     "schedule_amx_conv",
 ]  # fmt: skip

@@ -34,7 +34,7 @@ from convtune.schedules.spaces.registry import SPACES
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
-from tests.models import to_bytes
+from tests.models import conv_net, to_bytes
 from tests.schedules.dot_conv_cases import (
     from_blocked,
     random_task_args,
@@ -239,3 +239,12 @@ def test_a_real_tasks_design_equals_the_unscheduled_task(amx_tasks, name: str) -
         sch = Schedule(task)
         schedule_amx_conv(sch, design)
         np.testing.assert_array_equal(run(sch.mod, args), reference, err_msg=f"{design}")
+
+
+def test_a_conv_whose_rows_no_tile_divides_stays_a_vnni_conv() -> None:
+    """17 output columns: a tile would hold one row; the conv kind int8 (VNNI) takes it."""
+    qdq = quantize_qdq(conv_net(in_channels=16, out_channels=32, size=17))
+    relax_model, _ = extract_tasks(load_model(to_bytes(qdq)), make_target(SAPPHIRE_RAPIDS), "nchwc")
+    assert relax_model.plan is not None
+    (conv,) = [c for c in relax_model.plan.convs if c.precision == "int8"]
+    assert conv.reason == "u8×s8→s32 (VNNI)"

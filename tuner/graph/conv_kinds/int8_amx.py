@@ -2,7 +2,8 @@
 register blocks, a kernel row's columns in one tile row.
 
 Asked before the int8 kind: it takes the integer convs a tile register block can compute
-(ungrouped, undilated, kernels 1 to 4 columns wide, 16-channel input blocks) when the target
+(ungrouped, undilated, kernels 1 to 4 columns wide, 16-channel input blocks, output rows
+that a tile of 4 to 16 rows divides) when the target
 has AMX-INT8; the int8 kind (VNNI) takes the rest. Only the int8-amx space and the generic
 one schedule this op. On ResNet-50's convs (Sapphire-Rapids-class Xeon, 2 threads,
 2026-12-05) the VNNI kernels ran 64→64 3×3 at 56² in 0.20 ms, 512→128 1×1 at 28² in 0.081.
@@ -15,6 +16,7 @@ from typing import ClassVar
 from tvm import relax
 from tvm.relax import BlockBuilder, Expr
 
+from convtune.schedules.ops.amx import tile_rows
 from convtune.schedules.ops.dot_conv import INT8
 from convtune.schedules.ops.int8_amx import (
     AMX_CONV_BLOCK,
@@ -38,7 +40,10 @@ class Int8AmxKind(ConvKind):
         refusal = amx_refusal(
             site.x_shape[1], site.w_shape[0], site.w_shape[2:], site.attrs.dilation, site.groups
         )
+        out_width = int(site.call.ty.shape[3])
         if refusal or not site.constant_weight or site.in_block != AMX_DATA_BLOCK:
+            return None
+        if tile_rows(out_width) is None:  # no tile of 4 to 16 rows divides it: VNNI's
             return None
         return Decision(True, "u8×s8→s32 (AMX tiles)")
 
