@@ -33,9 +33,10 @@ FORCED = "forced failure for the containment test"
 
 def every_space_net(seed: int = 0) -> onnx.ModelProto:
     """One small graph with a task for every registered space: an RGB stem, a depthwise conv, 1×1
-    and 3×3 stride-1 convs (blocked, Winograd-eligible), a quantized (QDQ) 1×1 conv added back to
-    the 3×3's output (an int8 conv on a VNNI CPU), an LRN, a max-pool, a 512-channel reduction,
-    and a classifier ending in Softmax."""
+    and 3×3 stride-1 convs (blocked, Winograd-eligible), quantized (QDQ) 1×1 and 5×5 convs added
+    back to the 3×3's output (int8 convs on a VNNI CPU; on an AMX one the 1×1 runs on tiles and
+    the 5×5, wider than a tile row, on VNNI), an LRN, a max-pool, a 512-channel reduction, and a
+    classifier ending in Softmax."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("w_stem", _weights(rng, (16, 3, 3, 3))),
@@ -48,6 +49,7 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         _init("w_fc", _weights(rng, (64, 32))),
         _init("b_fc", np.zeros(64, np.float32)),
         _init("q_w", rng.integers(-127, 128, (32, 32, 1, 1)).astype(np.int8)),
+        _init("q_w5", rng.integers(-127, 128, (32, 32, 5, 5)).astype(np.int8)),
         _init("q_w_scale", np.array(0.01, np.float32)),
         _init("q_w_zero", np.array(0, np.int8)),
         _init("q_x_scale", np.array(0.05, np.float32)),
@@ -66,7 +68,10 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["q", "q_x_scale", "q_x_zero"], ["q_dq"]),
         helper.make_node("DequantizeLinear", ["q_w", "q_w_scale", "q_w_zero"], ["q_w_dq"]),
         helper.make_node("Conv", ["q_dq", "q_w_dq"], ["qc"]),
-        helper.make_node("Add", ["c_r", "qc"], ["c_sum"]),
+        helper.make_node("DequantizeLinear", ["q_w5", "q_w_scale", "q_w_zero"], ["q_w5_dq"]),
+        helper.make_node("Conv", ["q_dq", "q_w5_dq"], ["qc5"], pads=[2] * 4),
+        helper.make_node("Add", ["qc", "qc5"], ["qc_sum"]),
+        helper.make_node("Add", ["c_r", "qc_sum"], ["c_sum"]),
         helper.make_node("LRN", ["c_sum"], ["c_lrn"], size=5),
         helper.make_node("MaxPool", ["c_lrn"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Conv", ["m", "w_wide"], ["wd"]),
