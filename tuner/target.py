@@ -31,6 +31,12 @@ _VECTOR_FEATURE_PREFIXES = ("avx", "amx")
 _VECTOR_FEATURES = {"fma", "f16c", "gfni", "vaes", "vpclmulqdq"}
 
 
+def _implied_features(mcpu: str) -> set[str]:
+    """The features LLVM's ``mcpu`` implies on this machine's triple."""
+    target = Target({"kind": "llvm", "mcpu": mcpu, "mtriple": codegen.llvm_get_system_triple()})
+    return {str(feature) for feature in codegen.llvm_get_cpu_features(target)}
+
+
 def masked_features(mcpu: str, flags: set[str]) -> list[str]:
     """The vector features LLVM's ``mcpu`` implies that ``flags`` (/proc/cpuinfo) lack.
 
@@ -42,16 +48,12 @@ def masked_features(mcpu: str, flags: set[str]) -> list[str]:
     if not flags:
         return []
     have = {_flag_key(flag) for flag in flags}
-    triple = codegen.llvm_get_system_triple()
-    implied = codegen.llvm_get_cpu_features(
-        Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
-    )
     return sorted(
-        str(feature)
-        for feature in implied
-        if "." not in str(feature)
-        and (str(feature).startswith(_VECTOR_FEATURE_PREFIXES) or str(feature) in _VECTOR_FEATURES)
-        and _flag_key(str(feature)) not in have
+        feature
+        for feature in _implied_features(mcpu)
+        if "." not in feature
+        and (feature.startswith(_VECTOR_FEATURE_PREFIXES) or feature in _VECTOR_FEATURES)
+        and _flag_key(feature) not in have
     )
 
 
@@ -65,12 +67,7 @@ def offered_features(mcpu: str, flags: set[str]) -> list[str]:
     """The features of :data:`_OFFERED_FEATURES` that ``flags`` (/proc/cpuinfo) have and LLVM's
     ``mcpu`` does not imply."""
     have = {_flag_key(flag) for flag in flags}
-    triple = codegen.llvm_get_system_triple()
-    implied = {
-        str(f) for f in codegen.llvm_get_cpu_features(
-            Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple})
-        )
-    }  # fmt: skip
+    implied = _implied_features(mcpu)
     return [f for f in _OFFERED_FEATURES if _flag_key(f) in have and f not in implied]
 
 

@@ -70,27 +70,27 @@ def _configured_per_task(body: tirx.Stmt, name: str) -> tirx.Stmt:
     inside: list[int] = []
 
     def find(loop: tirx.For) -> None:
-        if loop.kind == tirx.ForKind.PARALLEL and calls(loop.body):
+        count = calls(loop.body) if loop.kind == tirx.ForKind.PARALLEL else 0
+        if count:
             tiled.append(loop.loop_var)
-            inside.append(calls(loop.body))
+            inside.append(count)
 
     tvm_ffi.structural_walk(body, (tirx.For, find))
     if tiled and sum(inside) != calls(body):
         return body  # a call outside those loops (or nested ones): leave every call in place
     body = tvm_ffi.structural_map(body, (tirx.Evaluate, drop))
-    moved: list[bool] = []
+    if not tiled:
+        return tirx.SeqStmt([configure, body])
 
     def on_for(loop: tirx.For) -> tirx.For:
         if not any(var.same_as(loop.loop_var) for var in tiled):
             return loop
-        moved.append(True)
         return tirx.For(
             loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt([configure, loop.body]),
             loop.thread_binding, loop.annotations,
         )  # fmt: skip
 
-    body = tvm_ffi.structural_map(body, (tirx.For, on_for))
-    return body if moved else tirx.SeqStmt([configure, body])
+    return tvm_ffi.structural_map(body, (tirx.For, on_for))
 
 
 def configure_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
