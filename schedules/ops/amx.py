@@ -1,15 +1,17 @@
-"""AMX tiles for integer convs: ``tdpbusd`` (u8 × s8 → s32) as three TVM tensor intrinsics.
+"""AMX tiles for convs: ``tdpbusd`` (u8 × s8 → s32) and ``tdpbf16ps`` (bf16 × bf16 → fp32) as
+three TVM tensor intrinsics.
 
 An AMX core has eight tile registers of up to 16 rows × 64 bytes and a matrix unit that
-computes ``C[M×16] += A[M×K] · B[K×16]`` (``B`` packed as K/4 rows of sixteen 4-byte groups, the
-layout of a VNNI weight tile) in one ``tdpbusd``. Measured on a Sapphire-Rapids-class Xeon VM
-(2026-12-05, one core): one ``tdpbusd`` costs 5.0 ns whatever M (7 to 16) and K (16 to 64),
-so 3,234 GMAC/s at M = 16, K = 64; 802 at K = 16; against about 450 for ``vpdpbusd`` on zmm.
+computes ``C[M×16] += A[M×K] · B[K×16]`` (``B`` packed as K/4 rows of sixteen 4-byte groups,
+four u8 or two bf16: the layout of a VNNI or ``vdpbf16ps`` weight tile) in one instruction.
+Measured on a Sapphire-Rapids-class Xeon VM (2026-12-05, one core): one ``tdpbusd`` costs
+5.0 ns whatever M (7 to 16) and K (16 to 64 bytes), so 3,234 GMAC/s at M = 16, K = 64; 802 at
+K = 16; against about 450 for ``vpdpbusd`` on zmm.
 
-The AMX conv (``int8_amx.py``) keeps activations in ``NCHW16c``: a tile row is ``taps``
-consecutive input pixels of sixteen channels (K = 16 · taps bytes), rows are consecutive output
-pixels of an output row, ``stride`` input pixels apart, and a weight tile is 4 · taps rows of
-sixteen output channels × 4. The accumulators stay in tile registers across the whole
+The AMX conv (``amx_conv.py``) keeps activations in ``NCHW16c``: a tile row is ``taps``
+consecutive input pixels of sixteen channels (K = 16 · taps elements), rows are consecutive
+output pixels of an output row, ``stride`` input pixels apart, and a weight tile is K/4 bytes
+rows of sixteen output channels × a group. The accumulators stay in tile registers across the whole
 reduction, which a tensor intrinsic cannot express, so the three intrinsics of a register block
 (``m_tiles`` × ``n_tiles`` accumulators, at most four) agree on fixed registers:
 
@@ -18,7 +20,7 @@ reduction, which a tensor intrinsic cannot express, so the three intrinsics of a
   ``tmm0..3``;
 - **update** (one reduction step): per pixel tile its rows into ``tmm4``/``tmm5``, per output
   chunk its weight tile into ``tmm6``/``tmm7`` (loaded once when there are at most two), and a
-  ``tdpbusd`` per accumulator;
+  product per accumulator;
 - **store** (the copy of the accumulators out): ``tilestored`` each into the conv's output,
   which the space lays out pixel-major so the tiles of a block are one region.
 
@@ -40,13 +42,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-#: Input channels per tile row: one ``NCHW16c`` block of u8.
+from .dot_conv import INT8, DotFormat
+
+#: Input channels per pixel of a tile row: one ``NCHW16c`` block.
 AMX_K = 16
-#: Output channels per accumulator tile (sixteen s32 columns, 64 bytes a row).
+#: Output channels per accumulator tile (sixteen s32 or fp32 columns, 64 bytes a row).
 AMX_N = 16
+#: Bytes of a weight tile's row: sixteen output channels of one 4-byte group.
+_WEIGHT_ROW_BYTES = 64
+#: The tile product of each dot format (by its precision).
+PRODUCTS = {"int8": "llvm.x86.tdpbusd", "bf16": "llvm.x86.tdpbf16ps"}
 #: Most rows of a tile.
 MAX_ROWS = 16
 #: Accumulator tiles per register block (tmm0..3); the inputs take tmm4, tmm5, the weights
@@ -54,7 +63,7 @@ MAX_ROWS = 16
 MAX_ACCUMULATORS = 4
 _INPUT_TILES = 2
 
-#: Fewest rows a tile may have: below, a ``tdpbusd`` (the same 16 cycles at any row count)
+#: Fewest rows a tile may have: below, a tile product (the same 16 cycles at any row count)
 #: does less work than a zmm ``vpdpbusd`` register block.
 MIN_ROWS = 4
 
@@ -69,14 +78,15 @@ class AmxBlock:
     """One register block: ``m_tiles`` × ``n_tiles`` accumulator tiles, each ``rows`` pixels
     of an output row × 16 output channels.
 
-    A tile row reads ``taps`` consecutive input pixels of 16 channels (K = 16 · taps bytes,
-    ``int8_amx.py``); consecutive rows start ``stride`` input pixels apart."""
+    A tile row reads ``taps`` consecutive input pixels of 16 channels of ``fmt`` (K = 16 · taps
+    elements, ``amx_conv.py``); consecutive rows start ``stride`` input pixels apart."""
 
     rows: int
     m_tiles: int
     n_tiles: int = 1
     stride: int = 1
     taps: int = 1
+    fmt: DotFormat = INT8
 
     @property
     def pixels(self) -> int:
@@ -85,7 +95,7 @@ class AmxBlock:
     @property
     def depth(self) -> int:
         """K: the bytes of a tile row."""
-        return AMX_K * self.taps
+        return AMX_K * self.taps * 4 // self.fmt.group
 
     @property
     def input_pixels(self) -> int:
@@ -98,7 +108,10 @@ class AmxBlock:
 
     def intrinsics(self) -> tuple[str, str, str]:
         """The names of its (init, update, store) intrinsics, registered on first use."""
-        suffix = f"m{self.rows}x{self.m_tiles}_n{self.n_tiles}_s{self.stride}_t{self.taps}"
+        suffix = (
+            f"{self.fmt.precision}_m{self.rows}x{self.m_tiles}_n{self.n_tiles}"
+            f"_s{self.stride}_t{self.taps}"
+        )
         names = (f"convtune_amx_init_{suffix}", f"convtune_amx_update_{suffix}",
                  f"convtune_amx_store_{suffix}")  # fmt: skip
         if not _registered(names[0]):
@@ -125,7 +138,8 @@ def _tile_config_ir(name: str, rows: int, k: int) -> str:
     """LLVM IR of ``name``: ask once for the tile state, then load the tile configuration
     (palette 1; accumulators ``rows`` × 64 bytes, inputs ``rows`` × ``k``, weights ``k/4`` × 64)."""
     flag = f"@{name}_granted"
-    tiles = [(rows, 64)] * MAX_ACCUMULATORS + [(rows, k)] * _INPUT_TILES + [(k // 4, 64)] * 2
+    weight = (k // 4, _WEIGHT_ROW_BYTES)
+    tiles = [(rows, 64)] * MAX_ACCUMULATORS + [(rows, k)] * _INPUT_TILES + [weight] * 2
     stores = []
     for t, (tile_rows, colsb) in enumerate(tiles):
         stores += [
@@ -176,6 +190,20 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
     rows, m_tiles, n_tiles, pixels = block.rows, block.m_tiles, block.n_tiles, block.pixels
     stride, in_pixels, groups = block.stride, block.input_pixels, block.depth // 4
     config = block.config_function
+    fmt = block.fmt
+    data_dtype, weight_dtype, acc, group = (
+        fmt.data_dtype,
+        fmt.weight_dtype,
+        fmt.acc_dtype,
+        fmt.group,
+    )
+    element = 4 // group
+    per_pixel = AMX_K // group  # groups of a pixel's channels in a tile row
+    zero = tirx.const(0, acc)
+    data_bits, weight_bits = (
+        "uint16" if dtype == "bfloat16" else dtype for dtype in (data_dtype, weight_dtype)
+    )
+    instruction = PRODUCTS[fmt.precision]
     # The accumulators' rows: ``rows`` pixels of one tile, all n_tiles × 16 channels a pixel.
     row_bytes = n_tiles * AMX_N * 4
 
@@ -183,7 +211,7 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
     # unit loop, which blockize drops): the descriptions then iterate pixels and lanes only.
     @T.prim_func(s_tir=True)
     def init_desc(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads()
@@ -191,11 +219,11 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
             for n, m, c in T.grid(n_tiles, pixels, AMX_N):
                 with T.sblock("init"):
                     vn, vm, vc = T.axis.remap("SSS", [n, m, c])
-                    C[vm, vn, vc] = T.int32(0)
+                    C[vm, vn, vc] = zero
 
     @T.prim_func(s_tir=True)
     def init_desc_one(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads()
@@ -203,11 +231,11 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
             for m, c in T.grid(pixels, AMX_N):
                 with T.sblock("init"):
                     vm, vc = T.axis.remap("SS", [m, c])
-                    C[vm, 0, vc] = T.int32(0)
+                    C[vm, 0, vc] = zero
 
     @T.prim_func(s_tir=True)
     def init_impl(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads()
@@ -217,44 +245,44 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
                 T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(t)))
 
     # A tile row of pixel m is the input pixels m·stride .. m·stride + taps - 1, 16 channels
-    # each: its group g is channels 4(g mod 4) .. of pixel m·stride + g div 4.
+    # each: its group q is channels g·(q mod 16/g) .. of pixel m·stride + q div (16/g).
     @T.prim_func(s_tir=True)
     def update_desc(
-        A: T.Buffer((in_pixels, AMX_K), "uint8", offset_factor=1),
-        B: T.Buffer((n_tiles, groups, AMX_N, 4), "int8", offset_factor=1),
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
                 C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
-                B[0:n_tiles, 0:groups, 0:AMX_N, 0:4],
+                B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
-            for n, m, c, g, lane in T.grid(n_tiles, pixels, AMX_N, groups, 4):
+            for n, m, c, g, lane in T.grid(n_tiles, pixels, AMX_N, groups, group):
                 with T.sblock("update"):
                     vn, vm, vc, vg, vl = T.axis.remap("SSSRR", [n, m, c, g, lane])
                     C[vm, vn, vc] = C[vm, vn, vc] + T.Cast(
-                        "int32", A[vm * stride + vg // 4, vg % 4 * 4 + vl]
-                    ) * T.Cast("int32", B[vn, vg, vc, vl])
+                        acc, A[vm * stride + vg // per_pixel, vg % per_pixel * group + vl]
+                    ) * T.Cast(acc, B[vn, vg, vc, vl])
 
     @T.prim_func(s_tir=True)
     def update_desc_one(
-        A: T.Buffer((in_pixels, AMX_K), "uint8", offset_factor=1),
-        B: T.Buffer((n_tiles, groups, AMX_N, 4), "int8", offset_factor=1),
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
                 C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
-                B[0:n_tiles, 0:groups, 0:AMX_N, 0:4],
+                B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
-            for m, c, g, lane in T.grid(pixels, AMX_N, groups, 4):
+            for m, c, g, lane in T.grid(pixels, AMX_N, groups, group):
                 with T.sblock("update"):
                     vm, vc, vg, vl = T.axis.remap("SSRR", [m, c, g, lane])
                     C[vm, 0, vc] = C[vm, 0, vc] + T.Cast(
-                        "int32", A[vm * stride + vg // 4, vg % 4 * 4 + vl]
-                    ) * T.Cast("int32", B[0, vg, vc, vl])
+                        acc, A[vm * stride + vg // per_pixel, vg % per_pixel * group + vl]
+                    ) * T.Cast(acc, B[0, vg, vc, vl])
 
     def load(tile: int, pointer: Any, stride_bytes: int) -> Any:
         return T.call_llvm_intrin(
@@ -262,39 +290,44 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
         )
 
     def product(c: Any, a: Any, b: Any) -> Any:
-        return T.call_llvm_intrin("void", "llvm.x86.tdpbusd", T.uint8(c), T.uint8(a), T.uint8(b))
+        return T.call_llvm_intrin("void", instruction, T.uint8(c), T.uint8(a), T.uint8(b))
 
     # Tiles: accumulators 0..3 (m, n) → m·n_tiles + n; inputs 4, 5; weights 6, 7. With more
     # than two of a kind the loads alternate between its two registers.
     @T.prim_func(s_tir=True)
     def update_impl(
-        A: T.Buffer((in_pixels, AMX_K), "uint8", offset_factor=1),
-        B: T.Buffer((n_tiles, groups, AMX_N, 4), "int8", offset_factor=1),
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
+        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
                 C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
-                B[0:n_tiles, 0:groups, 0:AMX_N, 0:4],
+                B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
+            # Pointers through views of the storage type: TVM's bf16 legalization stores bf16
+            # as uint16 but would type a bf16 buffer's pointer as fp32, which it then refuses.
+            A_bits = T.decl_buffer(A.shape, data_bits, data=A.data, elem_offset=A.elem_offset)
+            B_bits = T.decl_buffer(B.shape, weight_bits, data=B.data, elem_offset=B.elem_offset)
             for tm in T.unroll(m_tiles):
                 T.evaluate(
-                    load(4 + tm % 2, A.access_ptr("r", offset=tm * rows * stride * AMX_K),
-                         stride * AMX_K)
+                    load(4 + tm % 2, A_bits.access_ptr("r", offset=tm * rows * stride * AMX_K),
+                         stride * AMX_K * element)
                 )  # fmt: skip
                 for tn in T.unroll(n_tiles):
                     if tm == 0 or n_tiles > 2:
+                        offset = tn * groups * AMX_N * group
                         T.evaluate(
-                            load(6 + tn % 2, B.access_ptr("r", offset=tn * groups * AMX_N * 4),
-                                 AMX_N * 4)
+                            load(6 + tn % 2, B_bits.access_ptr("r", offset=offset),
+                                 _WEIGHT_ROW_BYTES)
                         )  # fmt: skip
                     T.evaluate(product(tm * n_tiles + tn, 4 + tm % 2, 6 + tn % 2))
 
     @T.prim_func(s_tir=True)
     def store_desc(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
-        D: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
+        D: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1),
     ) -> None:
         with T.sblock("root"):
             T.reads(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -306,8 +339,8 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
 
     @T.prim_func(s_tir=True)
     def store_desc_one(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
-        D: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
+        D: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1),
     ) -> None:
         with T.sblock("root"):
             T.reads(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -319,8 +352,8 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
 
     @T.prim_func(s_tir=True)
     def store_impl(
-        C: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1, scope="local"),
-        D: T.Buffer((pixels, n_tiles, AMX_N), "int32", offset_factor=1),
+        C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
+        D: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1),
     ) -> None:
         with T.sblock("root"):
             T.reads(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -350,6 +383,7 @@ __all__ = [
     "MAX_ACCUMULATORS",
     "MAX_ROWS",
     "MIN_ROWS",
+    "PRODUCTS",
     "AmxBlock",
     "is_tile_config",
     "tile_config_ir",

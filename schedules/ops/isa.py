@@ -43,6 +43,19 @@ def has_amx_int8(target: Target) -> bool:
     return _has_feature(target, "amx-tile") and _has_feature(target, "amx-int8")
 
 
+def has_amx_bf16(target: Target) -> bool:
+    """Whether the target CPU has AMX tiles with the bf16 product (``tdpbf16ps``): Sapphire
+    Rapids and later Xeons."""
+    return _has_feature(target, "amx-tile") and _has_feature(target, "amx-bf16")
+
+
+def amx_precisions(target: Target) -> tuple[str, ...]:
+    """The dot formats (by precision: "int8", "bf16") whose products the target's AMX tiles
+    compute; empty without AMX."""
+    offered = (("int8", has_amx_int8), ("bf16", has_amx_bf16))
+    return tuple(precision for precision, has in offered if has(target))
+
+
 def has_bf16(target: Target) -> bool:
     """Whether the target CPU has AVX-512 BF16 (``vdpbf16ps`` on zmm): Cooper Lake, Sapphire
     Rapids and later Xeons, Zen 4 and Zen 5."""

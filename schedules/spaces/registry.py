@@ -13,12 +13,12 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator, SpaceGenerat
 from tvm.target import Target
 
 from ..untuned import DEFAULT_SCHEDULE
+from .amx_conv import Bf16AmxConvSpace, Int8AmxConvSpace
 from .base import DEFAULT_SPACE, SPACE_ANNOTATION, ScheduleSpace
 from .bf16_dot import Bf16DotConvSpace
 from .blocked_pool import BlockedPoolSpace
 from .depthwise_nchwc import DepthwiseConvSpace
 from .generic import GenericSpace
-from .int8_amx import Int8AmxConvSpace
 from .int8_vnni import Int8VnniConvSpace
 from .lrn import LrnSpace
 from .matmul_regblock import MatmulSpace
@@ -44,6 +44,7 @@ SPACES: tuple[ScheduleSpace, ...] = (
     Int8VnniConvSpace(),
     Int8AmxConvSpace(),
     Bf16DotConvSpace(),
+    Bf16AmxConvSpace(),
 )
 
 

@@ -45,7 +45,7 @@ def test_eligible_convs_are_bf16_and_the_stem_stays_fp32() -> None:
     assert all(c.blocked for c in convs)
     lines = [line for line in relax_model.fallbacks if line.startswith("bf16:")]
     assert lines == [
-        "bf16: 2 of 3 convs run as bf16×bf16→fp32 kernels, the others in fp32 "
+        "bf16: 2 of 3 convs run as bf16×bf16→fp32 AVX-512 BF16 kernels, the others in fp32 "
         "(1× channels 3→16 not multiples of 8→16)"
     ]
     reasons = {

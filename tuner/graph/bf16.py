@@ -41,12 +41,15 @@ class Bf16Convs(ConvRewrites):
 
     #: Why no conv changed at all (the CPU), or "".
     refused: str = ""
+    #: What runs them: "AVX-512 BF16", or "AMX-tile" where the target has AMX-BF16 (the layout
+    #: pass then gives every conv a tile register block fits the AMX op, ``conv_kinds/amx.py``).
+    kernels: str = "AVX-512 BF16"
 
     def notes(self) -> list[str]:
         """One line for the job's notes."""
         if self.refused:
             return [f"bf16: every conv stays fp32: {self.refused}"]
-        return [self.line("bf16", "convs run as bf16×bf16→fp32 kernels")]
+        return [self.line("bf16", f"convs run as bf16×bf16→fp32 {self.kernels} kernels")]
 
 
 @mutator
@@ -88,12 +91,16 @@ class _Bf16ConvMutator(PyExprMutator):
         return dot_refusal(x_shape, w_shape, int(attrs.groups), self.lanes)
 
 
-def bf16_convs(mod: IRModule, lanes: int, bf16: bool) -> tuple[IRModule, Bf16Convs]:
+def bf16_convs(
+    mod: IRModule, lanes: int, bf16: bool, amx: bool = False
+) -> tuple[IRModule, Bf16Convs]:
     """``mod`` (after constant folding) with its fp32 convs as bf16 convs where a target of
-    ``lanes`` fp32 lanes, with AVX-512 BF16 or not, runs them so."""
+    ``lanes`` fp32 lanes, with AVX-512 BF16 or not, runs them so (``amx``: it has AMX-BF16
+    tiles too)."""
     if not bf16:
         return mod, Bf16Convs(refused="the CPU has no AVX-512 BF16")
     rewriter = _Bf16ConvMutator(mod, lanes)
+    rewriter.result.kernels = "AMX-tile" if amx else "AVX-512 BF16"
     return rewrite_functions(rewriter, mod), rewriter.result
 
 

@@ -27,7 +27,13 @@ from tvm.target import Target
 from tvm_ffi import structural_hash
 
 from convtune.schedules.ops.annotations import SCHEDULED
-from convtune.schedules.ops.isa import has_amx_int8, has_bf16, has_vnni, vector_lanes
+from convtune.schedules.ops.isa import (
+    has_amx_bf16,
+    has_amx_int8,
+    has_bf16,
+    has_vnni,
+    vector_lanes,
+)
 from convtune.schedules.ops.winograd import TILE_SIZES
 from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_tile
 from convtune.tuner.errors import UnsupportedOpError, error_line
@@ -210,7 +216,9 @@ def to_relax(
             notes.append("bf16: every conv stays fp32: bf16 convs need the blocked layout")
         else:
             try:
-                folded, converted = bf16_convs(folded, vector_lanes(target), has_bf16(target))
+                folded, converted = bf16_convs(
+                    folded, vector_lanes(target), has_bf16(target), has_amx_bf16(target)
+                )
                 notes += converted.notes()
             except Exception as exc:  # the model still runs, in fp32
                 notes.append(f"bf16: every conv stays fp32, the rewrite failed: {error_line(exc)}")
@@ -596,7 +604,7 @@ def _computed_anchor(
 ) -> _Anchor:
     """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
     its output channels to a block, its TIR block has more outputs than the ONNX node; with
-    the zero kernel columns that fill an AMX tile row (``conv_kinds/int8_amx.py``), a longer
+    the zero kernel columns that fill an AMX tile row (``conv_kinds/amx.py``), a longer
     reduction."""
     if plan is None or plan.fallback or index >= len(plan.convs):
         return anchor

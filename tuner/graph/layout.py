@@ -66,7 +66,7 @@ from convtune.schedules.ops.channel_blocking import (
 from convtune.schedules.ops.conv_call import attr_dtype
 from convtune.schedules.ops.dense import reblock
 from convtune.schedules.ops.dot_conv import format_of_data
-from convtune.schedules.ops.isa import full_width_fma, has_amx_int8, vector_lanes
+from convtune.schedules.ops.isa import amx_precisions, full_width_fma, vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
 from .inplace_concat import write_concats_in_place
@@ -148,7 +148,7 @@ class ConvLayout:
     #: What it multiplies: "int8" (u8×s8→s32) or "bf16" (``conv_kinds/dot.py``), or "fp32".
     precision: str = "fp32"
     #: The kernel columns its reduction runs over: more than the kernel's where zero columns
-    #: fill an AMX tile row (``conv_kinds/int8_amx.py``); 0 until it is planned blocked.
+    #: fill an AMX tile row (``conv_kinds/amx.py``); 0 until it is planned blocked.
     computed_columns: int = 0
 
     @property
@@ -184,9 +184,9 @@ class LayoutPlan:
     #: Whether the target's whole-register FMA does twice a half register's work
     #: (``isa.full_width_fma``): half-blocked conv outputs are then computed padded.
     full_width_fma: bool = False
-    #: Whether the target has AMX-INT8 tiles: integer 3×3 convs then pack their kernel
-    #: columns into the reduction (``conv_kinds/int8_taps.py``).
-    amx_int8: bool = False
+    #: The precisions the target's AMX tiles multiply ("int8", "bf16"): such convs then pack
+    #: their kernel columns into the reduction (``conv_kinds/amx.py``).
+    amx: tuple[str, ...] = ()
     convs: list[ConvLayout] = field(default_factory=list)
     #: ``layout_transform`` calls on activations at run time (island edges).
     transforms: int = 0
@@ -665,7 +665,7 @@ class _BlockingMutator(PyExprMutator):
             input_blocked=isinstance(data, relax.Var) and data in self.blocked,
             lanes=self.lanes,
             full_width_fma=self.plan.full_width_fma,
-            amx_int8=self.plan.amx_int8,
+            amx=self.plan.amx,
         )
         return site, ""
 
@@ -1086,7 +1086,7 @@ def plan_blocked_layout(
     plan = LayoutPlan(
         lanes=lanes,
         full_width_fma=full_width_fma(target),
-        amx_int8=has_amx_int8(target),
+        amx=amx_precisions(target),
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
         half_blocked=sorted(half_blocked_counts(mod, lanes)),

@@ -50,7 +50,7 @@ class IntegerConvs(ConvRewrites):
     fp32 (reason → count)."""
 
     #: What runs them: "VNNI", or "AMX-tile" where the target has AMX-INT8 (the layout pass
-    #: then gives every conv a tile register block fits the AMX op, ``conv_kinds/int8_amx.py``).
+    #: then gives every conv a tile register block fits the AMX op, ``conv_kinds/amx.py``).
     kernels: str = "VNNI"
 
     @property

@@ -5,11 +5,11 @@ module here with a :class:`~.base.ConvKind` subclass, and one line in ``CONV_KIN
 
 from __future__ import annotations
 
+from .amx import Bf16AmxKind, Int8AmxKind
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
 from .dot import Bf16Kind, Int8Kind, dot_refusal
-from .int8_amx import Int8AmxKind
 from .padded_out import PaddedOutputKind, PaddedStemKind, PaddedWideKind
 from .stem import StemKind
 from .winograd import WinogradKind
@@ -19,6 +19,7 @@ from .winograd import WinogradKind
 CONV_KINDS: tuple[ConvKind, ...] = (
     Int8AmxKind(),
     Int8Kind(),
+    Bf16AmxKind(),
     Bf16Kind(),
     DepthwiseKind(),
     StemKind(),

@@ -36,8 +36,8 @@ class ConvSite:
     lanes: int = 16
     #: Whether a whole register's FMA does twice a half register's work (``isa.full_width_fma``).
     full_width_fma: bool = False
-    #: Whether the target has AMX-INT8 tiles (``isa.has_amx_int8``).
-    amx_int8: bool = False
+    #: The precisions the target's AMX tiles multiply (``isa.amx_precisions``).
+    amx: tuple[str, ...] = ()
 
     @property
     def attrs(self) -> Any:

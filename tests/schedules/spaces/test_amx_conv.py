@@ -1,14 +1,18 @@
-"""The int8-amx space: u8×s8→s32 convs as AMX tile register blocks (schedules/ops/int8_amx.py,
-schedules/ops/amx.py, schedules/spaces/int8_amx.py, schedules/lowering/amx_tiles.py).
+"""The AMX spaces: u8×s8→s32 (int8-amx) and bf16×bf16→fp32 (bf16-amx) convs as AMX tile
+register blocks (schedules/ops/amx_conv.py, schedules/ops/amx.py, schedules/spaces/amx_conv.py,
+schedules/lowering/amx_tiles.py).
 
-A kernel is the AMX op's TE conv with a requantizing epilogue (per-channel scale, round, zero
-point, clamp to u8), scheduled with every design of the space and compared exactly with a numpy
-int64 reference. Running needs AMX-INT8 on the host; the assembly is checked for Sapphire
+An int8 kernel is the AMX op's TE conv with a requantizing epilogue (per-channel scale, round,
+zero point, clamp to u8), scheduled with every design of the space and compared exactly with a
+numpy int64 reference; a bf16 kernel has a bias and ReLU in fp32 and is compared with a float64
+conv of the same bf16 values (their products are exact in fp32: only the order of the sums
+differs). Running needs AMX-INT8 / AMX-BF16 on the host; the assembly is checked for Sapphire
 Rapids on any host.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tvm
@@ -17,14 +21,17 @@ from tvm import tirx as tir
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from bench.qdq import quantize_qdq
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.schedules.ops.amx import AmxBlock, tile_config_ir
-from convtune.schedules.ops.int8_amx import amx_refusal, conv2d_nchwc_int8_amx, pack_weight
-from convtune.schedules.ops.isa import has_amx_int8
-from convtune.schedules.spaces.int8_amx import (
+from convtune.schedules.ops.amx_conv import amx_refusal, conv2d_nchwc_amx, pack_weight
+from convtune.schedules.ops.dot_conv import BF16, INT8, DotFormat
+from convtune.schedules.ops.isa import has_amx_bf16, has_amx_int8
+from convtune.schedules.spaces.amx_conv import (
     AmxDesign,
+    Bf16AmxConvSpace,
     Int8AmxConvSpace,
     amx_blocks,
     amx_conv,
@@ -41,12 +48,15 @@ from tests.schedules.dot_conv_cases import (
     reference_conv,
     to_blocked,
 )
-from tests.schedules.kernels import run
+from tests.schedules.kernels import assert_close, run
 from tests.schedules.spaces.test_int8_vnni import QDQ_CONVS
 
 SAPPHIRE_RAPIDS = "llvm -mcpu=sapphirerapids -num-cores=2"
 needs_amx = pytest.mark.skipif(
     not has_amx_int8(make_target(None)), reason="the host CPU has no AMX-INT8 (tdpbusd)"
+)
+needs_amx_bf16 = pytest.mark.skipif(
+    not has_amx_bf16(make_target(None)), reason="the host CPU has no AMX-BF16 (tdpbf16ps)"
 )
 #: (in channels, out channels, size, kernel, stride, pads top/left/bottom/right)
 CONFIGS = {
@@ -57,6 +67,7 @@ CONFIGS = {
     "2x2": (16, 16, 8, 2, 1, (0, 0, 0, 0)),
     "1x1": (64, 64, 7, 1, 1, (0, 0, 0, 0)),
     "1x1-stride2": (32, 64, 14, 1, 2, (0, 0, 0, 0)),
+    "4x4-stride2": (16, 32, 16, 4, 2, (1, 1, 1, 1)),
 }
 ZERO_POINT = 100
 
@@ -76,7 +87,7 @@ def amx_case(name: str, seed: int = 0):
     data = te.placeholder((1, ic // 16, size, size, 16), "uint8", name="data")
     weight = te.placeholder(packed.shape, "int8", name="weight")
     scales = te.placeholder((oc // 16, 16), "float32", name="scale")
-    conv = conv2d_nchwc_int8_amx(data, weight, (stride, stride), pads, kernel)
+    conv = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel)
 
     def requantize(n, c, h, w, b):
         value = te.round(conv[n, c, h, w, b].astype("float32") * scales[c, b])
@@ -90,6 +101,29 @@ def amx_case(name: str, seed: int = 0):
     return mod, [to_blocked(x, 16), packed, scale.reshape(-1, 16), dest], expected
 
 
+def bf16_case(name: str, seed: int = 0):
+    """The TE module of ``CONFIGS[name]`` in bf16 (the op's conv, a bias and a ReLU in fp32),
+    its arguments and the expected fp32 output (NCHW)."""
+    ic, oc, size, kernel, stride, pads = CONFIGS[name]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, ic, size, size)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((oc, ic, kernel, kernel)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(oc).astype(np.float32)
+    conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
+    expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
+    packed = pack_weight(w, BF16)
+    data = te.placeholder((1, ic // 16, size, size, 16), "bfloat16", name="data")
+    weight = te.placeholder(packed.shape, "bfloat16", name="weight")
+    biases = te.placeholder((oc // 16, 16), "float32", name="bias")
+    out = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel)
+    relu = te.compute(
+        out.shape, lambda n, c, h, w, b: te.max(out[n, c, h, w, b] + biases[c, b], 0.0), name="relu"
+    )
+    mod = IRModule({"main": te.create_prim_func([data, weight, biases, relu])})
+    dest = np.zeros((1, oc // 16, *expected.shape[2:], 16), np.float32)
+    return mod, [to_blocked(x, 16), packed, bias.reshape(-1, 16), dest], expected
+
+
 def designs(mod: IRModule) -> list[AmxDesign]:
     conv = amx_conv(Schedule(mod))
     assert conv is not None
@@ -99,11 +133,26 @@ def designs(mod: IRModule) -> list[AmxDesign]:
 def test_the_reference_is_the_unscheduled_kernel() -> None:
     """The weight packing (kernel columns in the reduction, zero past them) and the compute
     describe the conv: its unscheduled TIR computes the reference (no AMX instruction)."""
-    for name in ("3x3-stride2", "asymmetric-pads", "1x1"):
+    for name in ("3x3-stride2", "asymmetric-pads", "1x1", "4x4-stride2"):
         mod, args, expected = amx_case(name)
         got = from_blocked(run(mod, args))
         np.testing.assert_array_equal(got, expected, err_msg=name)
         assert len(np.unique(got)) > 64 and np.mean((got == 0) | (got == 255)) < 0.1
+        mod, args, expected = bf16_case(name)
+        assert_close(from_blocked(run(mod, args)), expected)
+
+
+def test_bf16_packs_two_columns_a_tile_row_in_steps() -> None:
+    """A bf16 pixel of 16 channels is 32 bytes: a 64-byte tile row holds two columns, so a
+    3×3 kernel row is two steps of two columns, the fourth zero; a 1×1 one pixel a row."""
+    w = np.arange(32 * 16 * 9, dtype=np.float32).reshape(32, 16, 3, 3).astype(ml_dtypes.bfloat16)
+    packed = pack_weight(w, BF16)
+    assert packed.shape == (1, 3, 2, 2, 16, 16, 2)
+    assert not packed[:, :, 1, :, 8:].astype(np.float32).any(), "the 4th column is zero"
+    # (ic chunk 0, row 1, step 1, oc chunk 1, tap 0 · 8 + group 3, lane 5, channel 1):
+    # oc 16 + 5, ic 3 · 2 + 1, kh 1, kw 2.
+    assert packed[0, 1, 1, 1, 3, 5, 1] == w[21, 7, 1, 2]
+    assert pack_weight(w[:, :, :1, :1], BF16).shape == (1, 1, 1, 2, 8, 16, 2)
 
 
 def test_register_blocks_are_the_widest_row_tiles_with_at_most_four_accumulators() -> None:
@@ -133,7 +182,10 @@ def test_the_space_reads_each_convs_geometry(name: str) -> None:
     assert conv is not None
     assert (conv.out_width, conv.oc_chunks) == (expected.shape[3], oc // 16)
     assert conv.stride == stride and conv.taps == (1 if kernel == 1 else 4)
-    assert Int8AmxConvSpace().applies_to(mod)
+    assert conv.fmt is INT8 and Int8AmxConvSpace().applies_to(mod)
+    assert not Bf16AmxConvSpace().applies_to(mod)
+    bf16 = amx_conv(Schedule(bf16_case(name)[0]))
+    assert bf16 is not None and bf16.fmt is BF16 and bf16.taps == (1 if kernel == 1 else 2)
 
 
 def test_the_space_needs_amx_int8_on_the_target() -> None:
@@ -158,8 +210,19 @@ def test_amx_kernel_equals_the_integer_reference(name: str) -> None:
         )
 
 
-def _assembly(name: str, design: AmxDesign) -> str:
-    mod, _, _ = amx_case(name)
+@needs_amx_bf16
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_bf16_amx_kernel_equals_the_float_reference(name: str) -> None:
+    mod, args, expected = bf16_case(name)
+    assert len(designs(mod)) >= 2
+    for design in designs(mod):
+        sch = Schedule(mod)
+        schedule_amx_conv(sch, design)
+        assert_close(from_blocked(run(sch.mod, args)), expected)
+
+
+def _assembly(name: str, design: AmxDesign, fmt: DotFormat = INT8) -> str:
+    mod = (amx_case if fmt is INT8 else bf16_case)(name)[0]
     sch = Schedule(mod)
     schedule_amx_conv(sch, design)
     use_convtune_lowering()
@@ -174,6 +237,14 @@ def test_the_kernel_is_tdpbusd_with_the_tiles_configured_once_per_task() -> None
     assert asm.count("tdpbusd") >= 4
     assert asm.count("tilestored") >= 4 and asm.count("tilezero") >= 4
     assert asm.count("ldtilecfg") == 1
+
+
+def test_the_bf16_kernel_is_tdpbf16ps() -> None:
+    """bf16 on Sapphire Rapids (on any host): two steps of two columns a kernel row, a
+    ``tdpbf16ps`` per accumulator, no ``tdpbusd``."""
+    asm = _assembly("3x3-pad1", AmxDesign(AmxBlock(10, 1, 2, 1, 2, BF16), False), BF16)
+    assert asm.count("tdpbf16ps") >= 2 and "tdpbusd" not in asm
+    assert asm.count("tilestored") >= 2 and asm.count("ldtilecfg") == 1
 
 
 def test_the_tile_configuration_asks_linux_for_the_tiles_once() -> None:
@@ -248,3 +319,73 @@ def test_a_conv_whose_rows_no_tile_divides_stays_a_vnni_conv() -> None:
     assert relax_model.plan is not None
     (conv,) = [c for c in relax_model.plan.convs if c.precision == "int8"]
     assert conv.reason == "u8×s8→s32 (VNNI)"
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 (--precision bf16) on real tasks: a float model planned for Sapphire Rapids
+# ---------------------------------------------------------------------------------------------
+
+#: (kernel, stride, pads) of one fp32 conv of 32 → 32 channels at 14², with bias and ReLU.
+BF16_CONVS = {"3x3": (3, 1, 1), "1x1-stride2": (1, 2, 0), "2x2": (2, 1, 0)}
+
+
+@pytest.fixture(scope="module")
+def bf16_tasks() -> dict[str, IRModule]:
+    """The bf16-amx task of each of ``BF16_CONVS``, planned with ``--precision bf16``: the
+    conv kind bf16-amx took every one of them."""
+    found = {}
+    for name, (kernel, stride, pads) in BF16_CONVS.items():
+        model = conv_net(
+            in_channels=32, out_channels=32, size=14, kernel=kernel, strides=stride, pads=pads
+        )
+        relax_model, tasks = extract_tasks(
+            load_model(to_bytes(model)), make_target(SAPPHIRE_RAPIDS), "nchwc", precision="bf16"
+        )
+        assert relax_model.plan is not None
+        (conv,) = relax_model.plan.convs
+        assert (conv.precision, conv.reason) == ("bf16", "bf16×bf16→fp32 (AMX tiles)")
+        assert any("AMX-tile kernels" in line for line in relax_model.fallbacks)
+        (task,) = [task for task in tasks if Bf16AmxConvSpace().applies_to(task.mod)]
+        assert task.kind == "conv" and task.onnx_nodes == ["conv0"], task.description
+        found[name] = task.mod
+    return found
+
+
+def _float_args(task: IRModule, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    args = []
+    for info in ArgInfo.from_prim_func(task["main"]):
+        dtype = ml_dtypes.bfloat16 if str(info.dtype) == "bfloat16" else str(info.dtype)
+        args.append(rng.standard_normal([int(d) for d in info.shape]).astype(dtype))
+    return args
+
+
+def test_every_bf16_design_of_a_real_task_is_generated(bf16_tasks) -> None:
+    target = make_target(SAPPHIRE_RAPIDS)
+    for name, task in bf16_tasks.items():
+        generator = Bf16AmxConvSpace().generator(target)
+        ms.TuneContext(mod=task, target=target, space_generator=generator, task_name=name)
+        generated = generator.generate_design_space(task)
+        assert len(generated) == len(designs(task)) >= 2, name
+        assert all("convtune_amx_update_bf16" in str(sch.trace) for sch in generated), name
+
+
+@needs_amx_bf16
+@pytest.mark.parametrize("name", list(BF16_CONVS))
+def test_a_real_bf16_tasks_design_equals_the_unscheduled_task(bf16_tasks, name: str) -> None:
+    task = bf16_tasks[name]
+    args = _float_args(task)
+    reference = run(task, args)
+    assert np.mean(reference > 0) > 0.2  # not all cut by the ReLU
+    for design in designs(task):
+        sch = Schedule(task)
+        schedule_amx_conv(sch, design)
+        assert_close(run(sch.mod, args), reference)
+
+
+def test_bf16_space_needs_amx_bf16_on_the_target() -> None:
+    space = next(s for s in SPACES if isinstance(s, Bf16AmxConvSpace))
+    assert space.available(make_target(SAPPHIRE_RAPIDS))
+    assert not space.available(make_target("llvm -mcpu=znver4 -num-cores=2"))
+    int8_only = '{"kind": "llvm", "mcpu": "rocketlake", "mattr": ["+amx-tile", "+amx-int8"]}'
+    assert not space.available(make_target(int8_only))

@@ -1,25 +1,27 @@
-"""Our space for integer convolutions on AMX tiles: ``tdpbusd`` register blocks (Sapphire Rapids
-and later Xeons).
+"""Our spaces for convolutions on AMX tiles: ``tdpbusd`` (int8-amx) and ``tdpbf16ps``
+(bf16-amx) register blocks (Sapphire Rapids and later Xeons).
 
-The op is ``schedules/ops/int8_amx.py``'s (u8 ``NCHW16c`` in, s32 out, a kernel row's columns
-in one tile row); the kernel (``schedules/ops/amx.py``), for one block of ``m_tiles × rows``
-pixels of an output row and ``n_tiles`` chunks of 16 output channels:
+The op is ``schedules/ops/amx_conv.py``'s (u8 or bf16 ``NCHW16c`` in, s32 or fp32 out, a
+kernel row's columns in one or two tile rows); the kernel (``schedules/ops/amx.py``), for one
+block of ``m_tiles × rows`` pixels of an output row and ``n_tiles`` chunks of 16 output
+channels:
 
     tilezero the m_tiles × n_tiles accumulators
-    for ic_outer, kh:
+    for ic_outer, kh, kw_step:
         for tm < m_tiles:
-            tmm4/5 = input[ic_outer, ih(kh), rows of tm]           # rows × 16·taps bytes
+            tmm4/5 = input[ic_outer, ih(kh), rows of tm]           # rows × 64 bytes (taps > 1)
             for tn < n_tiles:
-                tmm6/7 = weights[ic_outer, kh, oc chunk tn]         # 4·taps × 64 bytes
-                tdpbusd acc(tm, tn), tmm4/5, tmm6/7
+                tmm6/7 = weights[ic_outer, kh, step, oc chunk tn]   # 16 × 64 bytes
+                tdpbusd/tdpbf16ps acc(tm, tn), tmm4/5, tmm6/7
     tilestored the accumulators → the conv's output (pixel-major); the epilogue requantizes
-    them, vectorized over the 16 channels of a chunk
+    them (int8) or adds the bias and activation and rounds to bf16 for the next conv, vectorized
+    over the 16 channels of a chunk
 
 A ``tdpbusd`` whose accumulator the previous one wrote waits for it, so a block has several
 accumulators, and each loaded tile serves several products. One design per (rows, m_tiles,
 n_tiles): ``rows`` the widest divisor of the output width up to 16 (a tile's rows), at most
 four accumulators. Declines output rows narrower than four pixels, a conv with no epilogue,
-and a CPU without AMX-INT8.
+and a CPU without the format's AMX product (AMX-INT8, AMX-BF16).
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
 from ..ops.amx import MAX_ACCUMULATORS, AmxBlock, tile_rows
-from ..ops.int8_amx import AMX_CONV_BLOCK, AMX_DATA_BLOCK
-from ..ops.isa import has_amx_int8
+from ..ops.amx_conv import AMX_CONV_BLOCKS, AMX_DATA_BLOCK
+from ..ops.dot_conv import BF16, INT8, DotFormat, format_of_data
+from ..ops.isa import amx_precisions
 from ..ops.nchwc import (
     block_names,
     conv_and_epilogue,
@@ -49,17 +52,17 @@ from ..ops.nchwc import (
 )
 from .base import ScheduleSpace
 
-SPACE_NAME = "int8-amx"
 
-
-def amx_blocks(out_width: int, oc_chunks: int, stride: int = 1, taps: int = 1) -> list[AmxBlock]:
+def amx_blocks(
+    out_width: int, oc_chunks: int, stride: int = 1, taps: int = 1, fmt: DotFormat = INT8
+) -> list[AmxBlock]:
     """The register blocks of an output row ``out_width`` pixels wide and ``oc_chunks`` output
     channel chunks (see the module doc)."""
     rows = tile_rows(out_width)
     if rows is None:
         return []
     return [
-        AmxBlock(rows, m, n, stride, taps)
+        AmxBlock(rows, m, n, stride, taps, fmt)
         for m in range(1, MAX_ACCUMULATORS + 1)
         for n in range(1, MAX_ACCUMULATORS // m + 1)
         if out_width % (rows * m) == 0 and oc_chunks % n == 0
@@ -74,19 +77,28 @@ class AmxConv:
     oc_chunks: int
     #: Input pixels between consecutive output pixels of a row.
     stride: int
-    #: Input pixels of a tile row (``int8_amx.taps_of``).
+    #: Input pixels of a tile row (``amx_conv.taps_of``).
     taps: int
+    fmt: DotFormat = INT8
+
+    @property
+    def block_name(self) -> str:
+        return AMX_CONV_BLOCKS[self.fmt]
 
     def blocks(self) -> list[AmxBlock]:
-        return amx_blocks(self.out_width, self.oc_chunks, self.stride, self.taps)
+        return amx_blocks(self.out_width, self.oc_chunks, self.stride, self.taps, self.fmt)
 
 
 def amx_conv(sch: Schedule) -> AmxConv | None:
     """The task's AMX conv, or None without one."""
-    if AMX_CONV_BLOCK not in block_names(sch):
+    names = block_names(sch)
+    name = next((n for n in AMX_CONV_BLOCKS.values() if n in names), None)
+    if name is None:
         return None
-    block = sch.get(sch.get_sblock(AMX_CONV_BLOCK))
+    block = sch.get(sch.get_sblock(name))
     data, weight = block.reads[0].source, block.reads[1].source
+    fmt = format_of_data(str(data.dtype))
+    assert fmt is not None
     loads: list[ir.TensorLoad] = []
 
     def on_load(load: ir.TensorLoad) -> None:
@@ -94,13 +106,13 @@ def amx_conv(sch: Schedule) -> AmxConv | None:
             loads.append(load)
 
     tvm_ffi.structural_walk(block.body, (ir.TensorLoad, on_load))
-    # The input column is ``ow · stride + row div 4``: its coefficient of ``ow``.
+    # The input column is ``ow · stride + step · taps + row div (16/g)``: its coefficient of ow.
     coefficients = detect_linear_equation(loads[0].indices[3], [block.iter_vars[3].var])
     if len(coefficients) != 2:
         return None
     out = block.writes[0].source.shape
-    taps = int(weight.shape[3]) * int(weight.shape[5]) // AMX_DATA_BLOCK
-    return AmxConv(int(out[3]), int(out[1]), int(coefficients[0]), taps)
+    taps = int(weight.shape[4]) * int(weight.shape[6]) // AMX_DATA_BLOCK
+    return AmxConv(int(out[3]), int(out[1]), int(coefficients[0]), taps, fmt)
 
 
 def _pixel_major(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
@@ -118,14 +130,15 @@ class AmxDesign:
 
 
 def schedule_amx_conv(sch: Schedule, design: AmxDesign) -> None:
-    """One design of the int8-amx space (in place)."""
+    """One design of an AMX space (in place)."""
     amx = design.block
     init_intrin, update_intrin, store_intrin = amx.intrinsics()
-    conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME, AMX_CONV_BLOCK)
-    n, oc_chunk, oh, ow, oc_block, ic_outer, kh, row, ic_lane = sch.get_loops(conv)
+    space = _SPACE_NAMES[amx.fmt]
+    conv, output, prologue = conv_and_epilogue(sch, space, AMX_CONV_BLOCKS[amx.fmt])
+    n, oc_chunk, oh, ow, oc_block, ic_outer, kh, step, row, ic_lane = sch.get_loops(conv)
     oc_outer, oc_in = sch.split(oc_chunk, [None, amx.n_tiles])
     ow_outer, ow_in = sch.split(ow, [None, amx.pixels])
-    inner = (ic_outer, kh, oc_in, ow_in, oc_block, row, ic_lane)
+    inner = (ic_outer, kh, step, oc_in, ow_in, oc_block, row, ic_lane)
     if design.channels_outer:
         sch.reorder(n, oc_outer, oh, ow_outer, *inner)
         sch.parallel(sch.fuse(n, oc_outer, oh))
@@ -156,25 +169,28 @@ def schedule_amx_conv(sch: Schedule, design: AmxDesign) -> None:
         parallel_vectorize(sch, block)
 
 
-class Int8AmxConvSpace(ScheduleSpace):
-    """Integer convolutions (conv2d_NCHWc_int8) as AMX tile register blocks (above)."""
+class AmxConvSpace(ScheduleSpace):
+    """The AMX convs of one dot format as tile register blocks (above)."""
 
-    name: ClassVar[str] = SPACE_NAME
+    fmt: ClassVar[DotFormat]
     #: Every design alone first (at most 6 blocks × 2 loop orders): they have no sampled knob,
     #: so the seed pass measures each once and the union search has nothing left here to find.
     seed_trials: ClassVar[int] = 12
 
     def available(self, target: Target) -> bool:
-        return has_amx_int8(target)
+        return self.fmt.precision in amx_precisions(target)
 
     def applies_to(self, mod: IRModule) -> bool:
         sch = Schedule(mod)
         conv = amx_conv(sch)
-        # The accumulators are stored pixel-major into the conv's output, which only an
-        # intermediate buffer (read by an epilogue) may be: a QDQ conv always requantizes.
-        if conv is None or block_names(sch)[-1] == AMX_CONV_BLOCK:
+        if conv is None or conv.fmt is not self.fmt:
             return False
-        return bool(conv.blocks()) and epilogue_fuses(mod, AMX_CONV_BLOCK)
+        # The accumulators are stored pixel-major into the conv's output, which only an
+        # intermediate buffer (read by an epilogue) may be: a QDQ conv always requantizes, a
+        # bf16 conv has its bias and the rounding for the next conv.
+        if block_names(sch)[-1] == conv.block_name:
+            return False
+        return bool(conv.blocks()) and epilogue_fuses(mod, conv.block_name)
 
     def _design(self, sch: Schedule, max_block: int = 0) -> list[Schedule]:
         conv = amx_conv(sch)
@@ -186,7 +202,24 @@ class Int8AmxConvSpace(ScheduleSpace):
         return register_block_space(self._design, target)
 
 
+class Int8AmxConvSpace(AmxConvSpace):
+    """Integer convolutions (u8 × s8 → s32, ``tdpbusd``)."""
+
+    name: ClassVar[str] = "int8-amx"
+    fmt: ClassVar[DotFormat] = INT8
+
+
+class Bf16AmxConvSpace(AmxConvSpace):
+    """``--precision bf16`` convolutions (bf16 × bf16 → fp32, ``tdpbf16ps``)."""
+
+    name: ClassVar[str] = "bf16-amx"
+    fmt: ClassVar[DotFormat] = BF16
+
+
+_SPACE_NAMES = {space.fmt: space.name for space in (Int8AmxConvSpace, Bf16AmxConvSpace)}
+
+
 __all__ = [
-    "SPACE_NAME", "AmxConv", "AmxDesign", "Int8AmxConvSpace", "amx_blocks", "amx_conv",
-    "schedule_amx_conv",
+    "AmxConv", "AmxConvSpace", "AmxDesign", "Bf16AmxConvSpace", "Int8AmxConvSpace",
+    "amx_blocks", "amx_conv", "schedule_amx_conv",
 ]  # fmt: skip
