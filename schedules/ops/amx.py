@@ -78,8 +78,9 @@ class AmxBlock:
     """One register block: ``m_tiles`` × ``n_tiles`` accumulator tiles, each ``rows`` pixels
     of an output row × 16 output channels.
 
-    A tile row reads ``taps`` consecutive input pixels of 16 channels of ``fmt`` (K = 16 · taps
-    elements, ``amx_conv.py``); consecutive rows start ``stride`` input pixels apart."""
+    A tile row reads ``taps`` consecutive input pixels of ``pixel_channels`` channels of ``fmt``
+    (K = channels · taps elements: 16 a pixel, 4 for the stem's ``NCHW4c``, ``amx_conv.py``);
+    consecutive rows start ``stride`` input pixels apart."""
 
     rows: int
     m_tiles: int
@@ -87,6 +88,7 @@ class AmxBlock:
     stride: int = 1
     taps: int = 1
     fmt: DotFormat = INT8
+    pixel_channels: int = AMX_K
 
     @property
     def pixels(self) -> int:
@@ -95,7 +97,7 @@ class AmxBlock:
     @property
     def depth(self) -> int:
         """K: the bytes of a tile row."""
-        return AMX_K * self.taps * 4 // self.fmt.group
+        return self.pixel_channels * self.taps * 4 // self.fmt.group
 
     @property
     def input_pixels(self) -> int:
@@ -110,7 +112,7 @@ class AmxBlock:
         """The names of its (init, update, store) intrinsics, registered on first use."""
         suffix = (
             f"{self.fmt.precision}_m{self.rows}x{self.m_tiles}_n{self.n_tiles}"
-            f"_s{self.stride}_t{self.taps}"
+            f"_s{self.stride}_t{self.taps}_c{self.pixel_channels}"
         )
         names = (f"convtune_amx_init_{suffix}", f"convtune_amx_update_{suffix}",
                  f"convtune_amx_store_{suffix}")  # fmt: skip
@@ -198,7 +200,8 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
         fmt.group,
     )
     element = 4 // group
-    per_pixel = AMX_K // group  # groups of a pixel's channels in a tile row
+    channels = block.pixel_channels
+    per_pixel = channels // group  # groups of a pixel's channels in a tile row
     zero = tirx.const(0, acc)
     data_bits, weight_bits = (
         "uint16" if dtype == "bfloat16" else dtype for dtype in (data_dtype, weight_dtype)
@@ -248,13 +251,13 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
     # each: its group q is channels g·(q mod 16/g) .. of pixel m·stride + q div (16/g).
     @T.prim_func(s_tir=True)
     def update_desc(
-        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        A: T.Buffer((in_pixels, channels), data_dtype, offset_factor=1),
         B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
         C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
-                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
+                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:channels],
                 B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -267,13 +270,13 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
 
     @T.prim_func(s_tir=True)
     def update_desc_one(
-        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        A: T.Buffer((in_pixels, channels), data_dtype, offset_factor=1),
         B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
         C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
-                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
+                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:channels],
                 B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -296,13 +299,13 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
     # than two of a kind the loads alternate between its two registers.
     @T.prim_func(s_tir=True)
     def update_impl(
-        A: T.Buffer((in_pixels, AMX_K), data_dtype, offset_factor=1),
+        A: T.Buffer((in_pixels, channels), data_dtype, offset_factor=1),
         B: T.Buffer((n_tiles, groups, AMX_N, group), weight_dtype, offset_factor=1),
         C: T.Buffer((pixels, n_tiles, AMX_N), acc, offset_factor=1, scope="local"),
     ) -> None:
         with T.sblock("root"):
             T.reads(
-                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:AMX_K],
+                C[0:pixels, 0:n_tiles, 0:AMX_N], A[0:in_pixels, 0:channels],
                 B[0:n_tiles, 0:groups, 0:AMX_N, 0:group],
             )  # fmt: skip
             T.writes(C[0:pixels, 0:n_tiles, 0:AMX_N])
@@ -312,8 +315,8 @@ def _register(block: AmxBlock, names: tuple[str, str, str]) -> None:
             B_bits = T.decl_buffer(B.shape, weight_bits, data=B.data, elem_offset=B.elem_offset)
             for tm in T.unroll(m_tiles):
                 T.evaluate(
-                    load(4 + tm % 2, A_bits.access_ptr("r", offset=tm * rows * stride * AMX_K),
-                         stride * AMX_K * element)
+                    load(4 + tm % 2, A_bits.access_ptr("r", offset=tm * rows * stride * channels),
+                         stride * channels * element)
                 )  # fmt: skip
                 for tn in T.unroll(n_tiles):
                     if tm == 0 or n_tiles > 2:

@@ -13,11 +13,17 @@ columns past the kernel's zero): u8 3×3 is one step of 4 columns, bf16 3×3 two
 taps - KW`` pixels past the last column the conv needs; the data is padded on the right by as
 many zero pixels (times zero weights: nothing).
 
-Layouts: data ``NCHW16c`` (u8 or bf16); weight (I/16, KH, steps, O/16, rows, 16, g) = (ic chunk,
-kernel row, column step, oc chunk, ``tap · 16/g + group``, output lane, channel in group), ``g``
-the format's group (4 u8, 2 bf16), so the weight tiles of consecutive output chunks are
-contiguous (one tensor-intrinsic region for a block of several); output ``NCHW16c`` in the
-accumulator type (s32, fp32).
+The RGB stem (3 input channels) has no 16-channel block: its data is ``NCHW4c`` with one
+chunk (``NHWC`` padded to 4 channels, :data:`STEM_DATA_BLOCK`), a pixel 4 bytes of u8 or 8 of
+bf16, so a tile row holds a whole kernel row of up to 16 (u8) or 8 (bf16) columns: ``taps`` =
+KW, one step (7×7: K = 28 bytes u8, 56 bf16). Its fp32 kernel ran at 70% of the fp32 peak and
+still took 0.83 ms of ResNet-50's int8 7.0 (AMX Xeon, 2026-12-05).
+
+Layouts: data ``NCHW{a}c`` (u8 or bf16; ``a`` = 16, the stem 4); weight (I/a, KH, steps, O/16,
+rows, 16, g) = (ic chunk, kernel row, column step, oc chunk, ``tap · a/g + group``, output
+lane, channel in group), ``g`` the format's group (4 u8, 2 bf16), so the weight tiles of
+consecutive output chunks are contiguous (one tensor-intrinsic region for a block of several);
+output ``NCHW16c`` in the accumulator type (s32, fp32).
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ import numpy as np
 from tvm import te, topi
 from tvm.topi.utils import get_const_tuple
 
+from .amx import tile_rows
 from .dot_conv import BF16, DOT_LANES, INT8, DotFormat, format_of_data
 
 #: The TE block (and task) name of each format's compute.
 AMX_CONV_BLOCKS = {INT8: "conv2d_NCHWc_int8_amx", BF16: "conv2d_NCHWc_bf16_amx"}
 #: Input channels per pixel of a tile row (the data block).
 AMX_DATA_BLOCK = 16
+#: The stem's data block: up to 4 input channels (RGB padded), a pixel per 4-byte group.
+STEM_DATA_BLOCK = 4
 #: Bytes of a tile row.
 TILE_ROW_BYTES = 64
 #: Most kernel columns one reduction computes (steps × taps): wider kernels stay on the
@@ -46,18 +55,20 @@ def element_bytes(fmt: DotFormat) -> int:
     return 4 // fmt.group
 
 
-def taps_of(kernel_width: int, fmt: DotFormat = INT8) -> int:
-    """Input pixels of a tile row for a kernel ``kernel_width`` columns wide (0: none fits)."""
+def taps_of(kernel_width: int, fmt: DotFormat = INT8, block: int = AMX_DATA_BLOCK) -> int:
+    """Input pixels of a tile row for a kernel ``kernel_width`` columns wide on data of
+    ``block`` channels a pixel (0: none fits)."""
+    pixels = TILE_ROW_BYTES // (block * element_bytes(fmt))
+    if block == STEM_DATA_BLOCK:  # the whole kernel row in one tile row
+        return kernel_width if kernel_width <= pixels else 0
     if kernel_width == 1:
         return 1
-    if kernel_width > MAX_COLUMNS:
-        return 0
-    return TILE_ROW_BYTES // (AMX_DATA_BLOCK * element_bytes(fmt))
+    return pixels if kernel_width <= MAX_COLUMNS else 0
 
 
-def steps_of(kernel_width: int, fmt: DotFormat = INT8) -> int:
+def steps_of(kernel_width: int, fmt: DotFormat = INT8, block: int = AMX_DATA_BLOCK) -> int:
     """Tile rows per kernel row: the kernel's columns in groups of :func:`taps_of`."""
-    taps = taps_of(kernel_width, fmt)
+    taps = taps_of(kernel_width, fmt, block)
     return -(-kernel_width // taps) if taps else 0
 
 
@@ -80,18 +91,45 @@ def amx_refusal(
     return ""
 
 
-def pack_weight(weight: np.ndarray, fmt: DotFormat = INT8) -> np.ndarray:
-    """OIHW → (I/16, KH, steps, O/16, rows, 16, g), the columns past KW zero."""
+def stem_refusal(
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    out_width: int,
+    dilation: Any,
+    groups: int,
+    fmt: DotFormat,
+) -> str:
+    """Why a conv cannot run as the AMX stem (at most 4 input channels, ``NCHW4c`` data), or
+    "" when it can; the precision rewrites ask it for the convs they make integer or bf16."""
+    if groups != 1 or x_shape[1] > STEM_DATA_BLOCK:
+        return f"{x_shape[1]} input channels, groups {groups}: not an AMX stem"
+    if not taps_of(int(w_shape[3]), fmt, STEM_DATA_BLOCK):
+        return f"kernel {w_shape[3]} columns wide: wider than a tile row"
+    if any(int(d) != 1 for d in dilation):
+        return "dilated"
+    if w_shape[0] % DOT_LANES:
+        return f"{w_shape[0]} output channels not a multiple of 16"
+    if tile_rows(out_width) is None:
+        return f"output rows {out_width} wide: no tile of 4-16 rows divides them"
+    return ""
+
+
+def pack_weight(
+    weight: np.ndarray, fmt: DotFormat = INT8, block: int = AMX_DATA_BLOCK
+) -> np.ndarray:
+    """OIHW → (I/a, KH, steps, O/16, rows, 16, g) for data of ``a`` = ``block`` channels a
+    pixel, the columns past KW and the input channels past I (the stem's 3 of 4) zero."""
     o, i, kh, kw = weight.shape
-    taps, steps = taps_of(kw, fmt), steps_of(kw, fmt)
+    taps, steps = taps_of(kw, fmt, block), steps_of(kw, fmt, block)
     b, g = DOT_LANES, fmt.group
-    padded = np.zeros((o, i, kh, steps * taps), weight.dtype)
-    padded[..., :kw] = weight
+    chunks = -(-i // block)
+    padded = np.zeros((o, chunks * block, kh, steps * taps), weight.dtype)
+    padded[:, :i, :, :kw] = weight
     # (oc chunk, lane, ic chunk, group, channel in group, row, step, tap)
-    blocks = padded.reshape(o // b, b, i // AMX_DATA_BLOCK, AMX_DATA_BLOCK // g, g, kh, steps, taps)
+    blocks = padded.reshape(o // b, b, chunks, block // g, g, kh, steps, taps)
     # → (ic chunk, row, step, oc chunk, tap, group, lane, channel in group)
     packed = np.ascontiguousarray(blocks.transpose(2, 5, 6, 0, 7, 3, 1, 4))
-    return packed.reshape(i // AMX_DATA_BLOCK, kh, steps, o // b, taps * AMX_DATA_BLOCK // g, b, g)
+    return packed.reshape(chunks, kh, steps, o // b, taps * block // g, b, g)
 
 
 def conv2d_nchwc_amx(
@@ -102,9 +140,9 @@ def conv2d_nchwc_amx(
     lane, reduction row, channel) the intrinsic's."""
     fmt = format_of_data(str(data.dtype))
     assert fmt is not None, data.dtype
-    n, ic_chunks, height, width, _ = get_const_tuple(data.shape)
+    n, ic_chunks, height, width, block = get_const_tuple(data.shape)
     _, kh_size, steps, oc_chunks, rows, lanes, group = get_const_tuple(kernel.shape)
-    groups_per_pixel = AMX_DATA_BLOCK // group
+    groups_per_pixel = block // group
     taps = rows // groups_per_pixel
     stride_h, stride_w = (int(s) for s in strides)
     top, left, bottom, right = (int(p) for p in padding)
@@ -144,12 +182,14 @@ __all__ = [
     "AMX_CONV_BLOCKS",
     "AMX_DATA_BLOCK",
     "MAX_COLUMNS",
+    "STEM_DATA_BLOCK",
     "TILE_ROW_BYTES",
     "amx_block_name",
     "amx_refusal",
     "conv2d_nchwc_amx",
     "element_bytes",
     "pack_weight",
+    "stem_refusal",
     "steps_of",
     "taps_of",
 ]

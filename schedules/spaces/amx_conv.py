@@ -54,7 +54,12 @@ from .base import ScheduleSpace
 
 
 def amx_blocks(
-    out_width: int, oc_chunks: int, stride: int = 1, taps: int = 1, fmt: DotFormat = INT8
+    out_width: int,
+    oc_chunks: int,
+    stride: int = 1,
+    taps: int = 1,
+    fmt: DotFormat = INT8,
+    pixel_channels: int = AMX_DATA_BLOCK,
 ) -> list[AmxBlock]:
     """The register blocks of an output row ``out_width`` pixels wide and ``oc_chunks`` output
     channel chunks (see the module doc)."""
@@ -62,7 +67,7 @@ def amx_blocks(
     if rows is None:
         return []
     return [
-        AmxBlock(rows, m, n, stride, taps, fmt)
+        AmxBlock(rows, m, n, stride, taps, fmt, pixel_channels)
         for m in range(1, MAX_ACCUMULATORS + 1)
         for n in range(1, MAX_ACCUMULATORS // m + 1)
         if out_width % (rows * m) == 0 and oc_chunks % n == 0
@@ -80,13 +85,17 @@ class AmxConv:
     #: Input pixels of a tile row (``amx_conv.taps_of``).
     taps: int
     fmt: DotFormat = INT8
+    #: Channels of an input pixel: 16, or 4 for the stem (``amx_conv.STEM_DATA_BLOCK``).
+    pixel_channels: int = AMX_DATA_BLOCK
 
     @property
     def block_name(self) -> str:
         return AMX_CONV_BLOCKS[self.fmt]
 
     def blocks(self) -> list[AmxBlock]:
-        return amx_blocks(self.out_width, self.oc_chunks, self.stride, self.taps, self.fmt)
+        return amx_blocks(
+            self.out_width, self.oc_chunks, self.stride, self.taps, self.fmt, self.pixel_channels
+        )
 
 
 def amx_conv(sch: Schedule) -> AmxConv | None:
@@ -111,8 +120,9 @@ def amx_conv(sch: Schedule) -> AmxConv | None:
     if len(coefficients) != 2:
         return None
     out = block.writes[0].source.shape
-    taps = int(weight.shape[4]) * int(weight.shape[6]) // AMX_DATA_BLOCK
-    return AmxConv(int(out[3]), int(out[1]), int(coefficients[0]), taps, fmt)
+    channels = int(data.shape[-1])
+    taps = int(weight.shape[4]) * int(weight.shape[6]) // channels
+    return AmxConv(int(out[3]), int(out[1]), int(coefficients[0]), taps, fmt, channels)
 
 
 def _pixel_major(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:

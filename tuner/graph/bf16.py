@@ -9,9 +9,9 @@ precision, each fp32 conv the dot-product kind blocks (``conv_kinds/dot.py``) be
 with the weight rounded once here (to nearest, ties to even) and the activation's rounding an
 element-by-element cast that fuses into the kernel producing it, so that kernel writes bf16.
 Bias, BatchNorm (folded before this pass) and activations stay fp32 in the conv's epilogue.
-Everything else (depthwise and grouped convs, the RGB stem, Gemm/MatMul) stays fp32;
-:class:`Bf16Convs` says how many convs changed and why the others did not. The error this costs
-is gated by verification (``tuner/measure/verify.py``, ``BF16_RTOL``).
+Everything else (depthwise and grouped convs, the RGB stem but on AMX tiles, Gemm/MatMul) stays
+fp32; :class:`Bf16Convs` says how many convs changed and why the others did not. The error this
+costs is gated by verification (``tuner/measure/verify.py``, ``BF16_RTOL``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from convtune.schedules.ops.amx_conv import stem_refusal
 from convtune.schedules.ops.dot_conv import BF16
 
 from .conv_kinds import dot_refusal
@@ -54,9 +55,10 @@ class Bf16Convs(ConvRewrites):
 
 @mutator
 class _Bf16ConvMutator(PyExprMutator):
-    def __init__(self, mod: IRModule, lanes: int) -> None:
+    def __init__(self, mod: IRModule, lanes: int, amx: bool) -> None:
         super().__init__(mod)
         self.lanes = lanes
+        self.amx = amx
         self.result = Bf16Convs()
 
     def visit_call_(self, call: Call) -> Expr:
@@ -88,7 +90,13 @@ class _Bf16ConvMutator(PyExprMutator):
             return "weights not constant"
         x_shape = tuple(int(d) for d in call.args[0].ty.shape)
         w_shape = tuple(int(d) for d in call.args[1].ty.shape)
-        return dot_refusal(x_shape, w_shape, int(attrs.groups), self.lanes)
+        refusal = dot_refusal(x_shape, w_shape, int(attrs.groups), self.lanes)
+        if refusal and self.amx:  # the RGB stem runs on tiles where its 3 channels fit
+            out_width = int(call.ty.shape[3])
+            groups = int(attrs.groups)
+            stem = stem_refusal(x_shape, w_shape, out_width, attrs.dilation, groups, BF16)
+            refusal = refusal if stem else ""
+        return refusal
 
 
 def bf16_convs(
@@ -99,7 +107,7 @@ def bf16_convs(
     tiles too)."""
     if not bf16:
         return mod, Bf16Convs(refused="the CPU has no AVX-512 BF16")
-    rewriter = _Bf16ConvMutator(mod, lanes)
+    rewriter = _Bf16ConvMutator(mod, lanes, amx)
     rewriter.result.kernels = "AMX-tile" if amx else "AVX-512 BF16"
     return rewrite_functions(rewriter, mod), rewriter.result
 

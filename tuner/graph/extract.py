@@ -604,17 +604,19 @@ def _computed_anchor(
 ) -> _Anchor:
     """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
     its output channels to a block, its TIR block has more outputs than the ONNX node; with
-    the zero kernel columns that fill an AMX tile row (``conv_kinds/amx.py``), a longer
-    reduction."""
+    the zero kernel columns that fill an AMX tile row or the zero input channels that pad the
+    AMX stem's pixels to 4 (``conv_kinds/amx.py``), a longer reduction."""
     if plan is None or plan.fallback or index >= len(plan.convs):
         return anchor
     conv = plan.convs[index]
     outputs, reduction = anchor.outputs, anchor.reduction
     if conv.computed_channels > conv.out_channels:
         outputs = outputs // conv.out_channels * conv.computed_channels
-    columns = int(desc["weight"][-1])
+    columns, channels = int(desc["weight"][-1]), int(desc["weight"][1])
     if conv.computed_columns > columns:
         reduction = reduction // columns * conv.computed_columns
+    if conv.computed_in_channels > channels:
+        reduction = reduction // channels * conv.computed_in_channels
     return _Anchor(outputs=outputs, reduction=reduction)
 
 

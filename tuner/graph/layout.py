@@ -150,6 +150,9 @@ class ConvLayout:
     #: The kernel columns its reduction runs over: more than the kernel's where zero columns
     #: fill an AMX tile row (``conv_kinds/amx.py``); 0 until it is planned blocked.
     computed_columns: int = 0
+    #: The input channels its reduction runs over: more than ``in_channels`` where zero
+    #: channels pad the AMX stem's pixels to 4 (``conv_kinds/amx.py``); 0 until planned.
+    computed_in_channels: int = 0
 
     @property
     def blocked(self) -> bool:
@@ -627,6 +630,7 @@ class _BlockingMutator(PyExprMutator):
             raise
         entry.computed_channels = kind.out_channels(site)
         entry.computed_columns = kind.computed_columns(site)
+        entry.computed_in_channels = kind.computed_in_channels(site)
         dot = format_of_data(str(site.call.args[0].ty.dtype))
         entry.precision = dot.precision if dot is not None else "fp32"
         in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"

@@ -33,6 +33,8 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from convtune.schedules.ops.amx_conv import stem_refusal
+from convtune.schedules.ops.dot_conv import INT8
 from convtune.schedules.ops.int8 import zero_point_correction
 
 from .conv_kinds import dot_refusal
@@ -71,10 +73,11 @@ def _const(expr: Expr) -> np.ndarray | None:
 
 @mutator
 class _IntegerConvMutator(PyExprMutator):
-    def __init__(self, mod: IRModule, lanes: int, vnni: bool) -> None:
+    def __init__(self, mod: IRModule, lanes: int, vnni: bool, amx: bool) -> None:
         super().__init__(mod)
         self.lanes = lanes
         self.vnni = vnni
+        self.amx = amx
         self.result = IntegerConvs()
 
     def _dequantize(self, expr: Expr) -> Call | None:
@@ -121,6 +124,12 @@ class _IntegerConvMutator(PyExprMutator):
             return None
         x_shape = tuple(int(d) for d in data.args[0].ty.shape)
         refusal = dot_refusal(x_shape, w_q.shape, int(attrs.groups), self.lanes)
+        if refusal and self.amx:  # the RGB stem runs on tiles where its 3 channels fit
+            out_width = int(conv.ty.shape[3])
+            stem = stem_refusal(
+                x_shape, w_q.shape, out_width, attrs.dilation, int(attrs.groups), INT8
+            )
+            refusal = refusal if stem else ""
         if not self.vnni:
             refusal = "the CPU has no AVX-512 VNNI"
         if refusal:
@@ -163,7 +172,7 @@ def integer_convs(
     """``mod`` (as TVM's ONNX frontend made it, before constant folding) with its QDQ convs as
     integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so
     (``amx``: it has AMX-INT8 tiles too)."""
-    mutator_ = _IntegerConvMutator(mod, lanes, vnni)
+    mutator_ = _IntegerConvMutator(mod, lanes, vnni, amx)
     mutator_.result.kernels = "AMX-tile" if amx else "VNNI"
     out = relax.transform.DeadCodeElimination()(rewrite_functions(mutator_, mod))
     return out, mutator_.result

@@ -26,7 +26,13 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from bench.qdq import quantize_qdq
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.schedules.ops.amx import AmxBlock, tile_config_ir
-from convtune.schedules.ops.amx_conv import amx_refusal, conv2d_nchwc_amx, pack_weight
+from convtune.schedules.ops.amx_conv import (
+    STEM_DATA_BLOCK,
+    amx_refusal,
+    conv2d_nchwc_amx,
+    pack_weight,
+    stem_refusal,
+)
 from convtune.schedules.ops.dot_conv import BF16, INT8, DotFormat
 from convtune.schedules.ops.isa import has_amx_bf16, has_amx_int8
 from convtune.schedules.spaces.amx_conv import (
@@ -68,7 +74,31 @@ CONFIGS = {
     "1x1": (64, 64, 7, 1, 1, (0, 0, 0, 0)),
     "1x1-stride2": (32, 64, 14, 1, 2, (0, 0, 0, 0)),
     "4x4-stride2": (16, 32, 16, 4, 2, (1, 1, 1, 1)),
+    # RGB stems: NCHW4c data, a kernel row in one tile row
+    "stem-7x7-stride2": (3, 64, 32, 7, 2, (3, 3, 3, 3)),
+    "stem-3x3-stride2": (3, 16, 20, 3, 2, (1, 1, 1, 1)),
 }
+
+
+def data_block(in_channels: int) -> int:
+    return 16 if in_channels % 16 == 0 else STEM_DATA_BLOCK
+
+
+def blocked_input(x: np.ndarray) -> np.ndarray:
+    """NCHW → the op's data: NCHW16c, or the stem's NCHW4c with its channels padded to 4."""
+    block = data_block(x.shape[1])
+    padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block, *x.shape[2:]), x.dtype)
+    padded[:, : x.shape[1]] = x
+    return to_blocked(padded, block)
+
+
+def expected_taps(name: str, fmt: DotFormat) -> int:
+    ic, _, _, kernel, _, _ = CONFIGS[name]
+    if data_block(ic) == STEM_DATA_BLOCK or kernel == 1:
+        return kernel
+    return 4 if fmt is INT8 else 2
+
+
 ZERO_POINT = 100
 
 
@@ -83,8 +113,9 @@ def amx_case(name: str, seed: int = 0):
     scale = (rng.uniform(0.5, 1.5, oc) * 50 / acc.std()).astype(np.float32)
     scaled = acc.astype(np.float32) * scale.reshape(1, -1, 1, 1)
     expected = np.clip(np.round(scaled) + np.float32(ZERO_POINT), 0, 255).astype(np.uint8)
-    packed = pack_weight(w)
-    data = te.placeholder((1, ic // 16, size, size, 16), "uint8", name="data")
+    packed = pack_weight(w, INT8, data_block(ic))
+    data_args = blocked_input(x)
+    data = te.placeholder(data_args.shape, "uint8", name="data")
     weight = te.placeholder(packed.shape, "int8", name="weight")
     scales = te.placeholder((oc // 16, 16), "float32", name="scale")
     conv = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel)
@@ -98,7 +129,7 @@ def amx_case(name: str, seed: int = 0):
     out = te.compute(conv.shape, requantize, name="requantized")
     mod = IRModule({"main": te.create_prim_func([data, weight, scales, out])})
     dest = np.zeros((1, oc // 16, *expected.shape[2:], 16), np.uint8)
-    return mod, [to_blocked(x, 16), packed, scale.reshape(-1, 16), dest], expected
+    return mod, [data_args, packed, scale.reshape(-1, 16), dest], expected
 
 
 def bf16_case(name: str, seed: int = 0):
@@ -111,8 +142,9 @@ def bf16_case(name: str, seed: int = 0):
     bias = rng.standard_normal(oc).astype(np.float32)
     conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
     expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
-    packed = pack_weight(w, BF16)
-    data = te.placeholder((1, ic // 16, size, size, 16), "bfloat16", name="data")
+    packed = pack_weight(w, BF16, data_block(ic))
+    data_args = blocked_input(x)
+    data = te.placeholder(data_args.shape, "bfloat16", name="data")
     weight = te.placeholder(packed.shape, "bfloat16", name="weight")
     biases = te.placeholder((oc // 16, 16), "float32", name="bias")
     out = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel)
@@ -121,7 +153,7 @@ def bf16_case(name: str, seed: int = 0):
     )
     mod = IRModule({"main": te.create_prim_func([data, weight, biases, relu])})
     dest = np.zeros((1, oc // 16, *expected.shape[2:], 16), np.float32)
-    return mod, [to_blocked(x, 16), packed, bias.reshape(-1, 16), dest], expected
+    return mod, [data_args, packed, bias.reshape(-1, 16), dest], expected
 
 
 def designs(mod: IRModule) -> list[AmxDesign]:
@@ -133,13 +165,27 @@ def designs(mod: IRModule) -> list[AmxDesign]:
 def test_the_reference_is_the_unscheduled_kernel() -> None:
     """The weight packing (kernel columns in the reduction, zero past them) and the compute
     describe the conv: its unscheduled TIR computes the reference (no AMX instruction)."""
-    for name in ("3x3-stride2", "asymmetric-pads", "1x1", "4x4-stride2"):
+    for name in ("3x3-stride2", "asymmetric-pads", "1x1", "4x4-stride2", "stem-7x7-stride2"):
         mod, args, expected = amx_case(name)
         got = from_blocked(run(mod, args))
         np.testing.assert_array_equal(got, expected, err_msg=name)
         assert len(np.unique(got)) > 64 and np.mean((got == 0) | (got == 255)) < 0.1
         mod, args, expected = bf16_case(name)
         assert_close(from_blocked(run(mod, args)), expected)
+
+
+def test_the_stem_takes_up_to_four_channels_and_a_kernel_row_in_a_tile_row() -> None:
+    x, w = (1, 3, 224, 224), (64, 3, 7, 7)
+    assert stem_refusal(x, w, 112, (1, 1), 1, INT8) == ""
+    assert stem_refusal(x, w, 112, (1, 1), 1, BF16) == "", "7 pixels × 4 bf16 channels: 56 bytes"
+    assert "wider" in stem_refusal(x, (64, 3, 9, 9), 112, (1, 1), 1, BF16)
+    assert "input channels" in stem_refusal((1, 8, 224, 224), (64, 8, 7, 7), 112, (1, 1), 1, INT8)
+    assert "output channels" in stem_refusal(x, (24, 3, 7, 7), 112, (1, 1), 1, INT8)
+    assert "no tile" in stem_refusal(x, w, 113, (1, 1), 1, INT8)
+    # The 3 channels padded to 4 with zeros: one chunk, 7 taps of one group.
+    packed = pack_weight(np.ones((64, 3, 7, 7), np.int8), INT8, STEM_DATA_BLOCK)
+    assert packed.shape == (1, 7, 1, 4, 7, 16, 4)
+    assert packed[..., :3].all() and not packed[..., 3].any()
 
 
 def test_bf16_packs_two_columns_a_tile_row_in_steps() -> None:
@@ -176,16 +222,17 @@ def test_the_op_takes_kernels_up_to_four_columns_ungrouped() -> None:
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_the_space_reads_each_convs_geometry(name: str) -> None:
-    _, oc, _, kernel, stride, _ = CONFIGS[name]
+    _, oc, _, _, stride, _ = CONFIGS[name]
     mod, _, expected = amx_case(name)
     conv = amx_conv(Schedule(mod))
     assert conv is not None
     assert (conv.out_width, conv.oc_chunks) == (expected.shape[3], oc // 16)
-    assert conv.stride == stride and conv.taps == (1 if kernel == 1 else 4)
+    assert conv.stride == stride and conv.taps == expected_taps(name, INT8)
     assert conv.fmt is INT8 and Int8AmxConvSpace().applies_to(mod)
     assert not Bf16AmxConvSpace().applies_to(mod)
     bf16 = amx_conv(Schedule(bf16_case(name)[0]))
-    assert bf16 is not None and bf16.fmt is BF16 and bf16.taps == (1 if kernel == 1 else 2)
+    assert bf16 is not None and bf16.fmt is BF16 and bf16.taps == expected_taps(name, BF16)
+    assert bf16.pixel_channels == conv.pixel_channels == data_block(CONFIGS[name][0])
 
 
 def test_the_space_needs_amx_int8_on_the_target() -> None:
@@ -266,20 +313,28 @@ def test_the_tile_configuration_asks_linux_for_the_tiles_once() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+#: The int8-vnni tests' QDQ convs and an RGB stem (7×7 stride 2, zero point padding).
+AMX_QDQ_CONVS = {
+    **QDQ_CONVS,
+    "stem": lambda: conv_net(in_channels=3, out_channels=32, size=32, kernel=7, strides=2, pads=3),
+}
+
+
 @pytest.fixture(scope="module")
 def amx_tasks() -> dict[str, IRModule]:
-    """The AMX conv task of each of the int8-vnni tests' QDQ convs, planned for Sapphire
-    Rapids: the conv kind int8-amx took every one of them."""
+    """The AMX conv task of each of ``AMX_QDQ_CONVS``, planned for Sapphire Rapids: the conv
+    kinds int8-amx and int8-amx-stem took every one of them."""
     space = Int8AmxConvSpace()
     found = {}
-    for name, build in QDQ_CONVS.items():
+    for name, build in AMX_QDQ_CONVS.items():
         qdq = quantize_qdq(build())
         relax_model, tasks = extract_tasks(
             load_model(to_bytes(qdq)), make_target(SAPPHIRE_RAPIDS), "nchwc"
         )
         assert relax_model.plan is not None
         (conv,) = [c for c in relax_model.plan.convs if c.precision == "int8"]
-        assert conv.reason == "u8×s8→s32 (AMX tiles)"
+        stem = "u8×s8→s32 stem (AMX tiles, NCHW4c in)"
+        assert conv.reason == (stem if name == "stem" else "u8×s8→s32 (AMX tiles)")
         (task,) = [task for task in tasks if space.applies_to(task.mod)]
         # Linked to its ONNX node although its reduction runs over four kernel columns.
         assert task.kind == "conv" and task.onnx_nodes == ["conv0"], task.description
@@ -298,7 +353,7 @@ def test_every_design_of_a_real_task_is_generated(amx_tasks) -> None:
 
 
 @needs_amx
-@pytest.mark.parametrize("name", list(QDQ_CONVS))
+@pytest.mark.parametrize("name", list(AMX_QDQ_CONVS))
 def test_a_real_tasks_design_equals_the_unscheduled_task(amx_tasks, name: str) -> None:
     """The task the model builds (the zero-point correction, the scale, the bias, ReLU or the
     SiLU table, the output quantize) scheduled by each design computes what its TIR computes."""
@@ -325,26 +380,41 @@ def test_a_conv_whose_rows_no_tile_divides_stays_a_vnni_conv() -> None:
 # bf16 (--precision bf16) on real tasks: a float model planned for Sapphire Rapids
 # ---------------------------------------------------------------------------------------------
 
-#: (kernel, stride, pads) of one fp32 conv of 32 → 32 channels at 14², with bias and ReLU.
-BF16_CONVS = {"3x3": (3, 1, 1), "1x1-stride2": (1, 2, 0), "2x2": (2, 1, 0)}
+#: (in channels, kernel, stride, pads) of one fp32 conv to 32 channels at 14² (the stem at 28²),
+#: with bias and ReLU.
+BF16_CONVS = {
+    "3x3": (32, 3, 1, 1),
+    "1x1-stride2": (32, 1, 2, 0),
+    "2x2": (32, 2, 1, 0),
+    "stem": (3, 7, 2, 3),
+}
 
 
 @pytest.fixture(scope="module")
 def bf16_tasks() -> dict[str, IRModule]:
     """The bf16-amx task of each of ``BF16_CONVS``, planned with ``--precision bf16``: the
-    conv kind bf16-amx took every one of them."""
+    conv kinds bf16-amx and bf16-amx-stem took every one of them."""
     found = {}
-    for name, (kernel, stride, pads) in BF16_CONVS.items():
+    for name, (channels, kernel, stride, pads) in BF16_CONVS.items():
+        size = 14 if channels == 32 else 28
         model = conv_net(
-            in_channels=32, out_channels=32, size=14, kernel=kernel, strides=stride, pads=pads
+            in_channels=channels,
+            out_channels=32,
+            size=size,
+            kernel=kernel,
+            strides=stride,
+            pads=pads,
         )
         relax_model, tasks = extract_tasks(
             load_model(to_bytes(model)), make_target(SAPPHIRE_RAPIDS), "nchwc", precision="bf16"
         )
         assert relax_model.plan is not None
         (conv,) = relax_model.plan.convs
-        assert (conv.precision, conv.reason) == ("bf16", "bf16×bf16→fp32 (AMX tiles)")
-        assert any("AMX-tile kernels" in line for line in relax_model.fallbacks)
+        stem = "bf16×bf16→fp32 stem (AMX tiles, NCHW4c in)"
+        reason = stem if name == "stem" else "bf16×bf16→fp32 (AMX tiles)"
+        assert (conv.precision, conv.reason) == ("bf16", reason)
+        notes = relax_model.fallbacks
+        assert any("1 of 1 convs run as bf16×bf16→fp32 AMX-tile" in n for n in notes)
         (task,) = [task for task in tasks if Bf16AmxConvSpace().applies_to(task.mod)]
         assert task.kind == "conv" and task.onnx_nodes == ["conv0"], task.description
         found[name] = task.mod

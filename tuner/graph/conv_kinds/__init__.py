@@ -5,7 +5,7 @@ module here with a :class:`~.base.ConvKind` subclass, and one line in ``CONV_KIN
 
 from __future__ import annotations
 
-from .amx import Bf16AmxKind, Int8AmxKind
+from .amx import Bf16AmxKind, Bf16AmxStemKind, Int8AmxKind, Int8AmxStemKind
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
@@ -18,8 +18,10 @@ from .winograd import WinogradKind
 #: last); variants are asked after their base kind decided to block a conv.
 CONV_KINDS: tuple[ConvKind, ...] = (
     Int8AmxKind(),
+    Int8AmxStemKind(),
     Int8Kind(),
     Bf16AmxKind(),
+    Bf16AmxStemKind(),
     Bf16Kind(),
     DepthwiseKind(),
     StemKind(),

@@ -20,14 +20,16 @@ from tvm.relax import BlockBuilder, Expr
 from convtune.schedules.ops.amx import tile_rows
 from convtune.schedules.ops.amx_conv import (
     AMX_DATA_BLOCK,
+    STEM_DATA_BLOCK,
     amx_block_name,
     amx_refusal,
     conv2d_nchwc_amx,
     pack_weight,
+    stem_refusal,
     steps_of,
     taps_of,
 )
-from convtune.schedules.ops.dot_conv import BF16, INT8, DotFormat
+from convtune.schedules.ops.dot_conv import BF16, DOT_LANES, INT8, DotFormat
 
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .winograd import OUT_ELEMWISE_FUSABLE
@@ -84,3 +86,60 @@ class Bf16AmxKind(AmxKind):
     name: ClassVar[str] = "bf16-amx"
     fmt: ClassVar[DotFormat] = BF16
     reason: ClassVar[str] = "bf16×bf16→fp32 (AMX tiles)"
+
+
+class AmxStemKind(ConvKind):
+    """The RGB stem of one dot format on AMX tiles: NCHW in (at most 4 channels), padded to
+    ``NCHW4c`` here, ``NCHW16c`` out; the precision rewrites make a stem u8 or bf16 only where
+    :func:`stem_refusal` allows it, so every such conv is one this kind blocks."""
+
+    reads_blocked: ClassVar[bool] = False
+    fmt: ClassVar[DotFormat]
+    reason: ClassVar[str]
+
+    def decide(self, site: ConvSite) -> Decision | None:
+        fmt = self.fmt
+        if str(site.call.args[0].ty.dtype) != fmt.data_dtype or fmt.precision not in site.amx:
+            return None
+        out_width = int(site.call.ty.shape[3])
+        refusal = stem_refusal(
+            site.x_shape, site.w_shape, out_width, site.attrs.dilation, site.groups, fmt
+        )
+        if refusal or not site.constant_weight or site.out_block != DOT_LANES:
+            return None
+        return Decision(True, self.reason)
+
+    def computed_in_channels(self, site: ConvSite) -> int:
+        return STEM_DATA_BLOCK
+
+    def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
+        data, attrs = operands.data, site.attrs
+        n, channels, height, width = site.x_shape
+        if channels < STEM_DATA_BLOCK:
+            pad = [0, 0, 0, STEM_DATA_BLOCK - channels, 0, 0, 0, 0]
+            data = bb.emit(relax.op.nn.pad(data, pad))
+        pixels = bb.emit(relax.op.permute_dims(data, [0, 2, 3, 1]))
+        blocked = bb.emit(relax.op.reshape(pixels, (n, 1, height, width, STEM_DATA_BLOCK)))
+        weight = pack_weight(site.weight_array(), self.fmt, STEM_DATA_BLOCK)
+        return bb.call_te(
+            conv2d_nchwc_amx,
+            blocked,
+            relax.const(weight, self.fmt.weight_dtype),
+            attrs.strides,
+            attrs.padding,
+            site.w_shape[3],
+            primfunc_name_hint=amx_block_name(self.fmt),
+            primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
+        )
+
+
+class Int8AmxStemKind(AmxStemKind):
+    name: ClassVar[str] = "int8-amx-stem"
+    fmt: ClassVar[DotFormat] = INT8
+    reason: ClassVar[str] = "u8×s8→s32 stem (AMX tiles, NCHW4c in)"
+
+
+class Bf16AmxStemKind(AmxStemKind):
+    name: ClassVar[str] = "bf16-amx-stem"
+    fmt: ClassVar[DotFormat] = BF16
+    reason: ClassVar[str] = "bf16×bf16→fp32 stem (AMX tiles, NCHW4c in)"

@@ -98,6 +98,10 @@ class ConvKind(ABC):
         """The kernel columns the blocked conv's reduction runs over."""
         return site.w_shape[3]
 
+    def computed_in_channels(self, site: ConvSite) -> int:
+        """The input channels the blocked conv's reduction runs over."""
+        return site.w_shape[1]
+
     @abstractmethod
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         """The conv's Relax expression: its output ``NCHW{b}c``, or NCHW when the kind does not
