@@ -78,14 +78,32 @@ def warn(message: str) -> None:
     Console(stderr=True, soft_wrap=True).print(f"[yellow]warning:[/] {message}")
 
 
-def warn_over_peak(values: list[float | None], what: str) -> None:
-    """% of peak above 100 means the stored peak was measured low (under load), not magic."""
+def warn_over_peak(values: list[float | None], what: str, precision: str = "fp32") -> None:
+    """% of peak above 100 means the stored peak was measured low (under load), not magic; or,
+    for an artifact whose convs multiply int8 or bf16 (``precision``), that they beat the fp32
+    FMA peak the percentages are of, as they should."""
     over = [v for v in values if v is not None and v > 100.0]
-    if over:
-        warn(
-            f"{len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): the "
-            "peak was measured under load; run `convtune peak` on a quiet machine"
+    if not over:
+        return
+    if precision != "fp32":
+        Console(stderr=True, soft_wrap=True).print(
+            f"note: {len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): "
+            f"the peak is the fp32 FMA's, and this artifact's {precision} convs exceed it"
         )
+        return
+    warn(
+        f"{len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): the "
+        "peak was measured under load; run `convtune peak` on a quiet machine"
+    )
+
+
+def conv_precision(manifest: dict[str, Any]) -> str:
+    """What an artifact's convs multiply: "int8" if any conv is integer (a QDQ model), else
+    the manifest's precision ("bf16", "fp32")."""
+    convs = (manifest.get("layout_plan") or {}).get("convs", [])
+    if any(conv.get("precision") == "int8" for conv in convs):
+        return "int8"
+    return str(manifest.get("precision", "fp32"))
 
 
 @perf_app.command("peak")
@@ -286,6 +304,7 @@ def bench(
     """Tuned artifact vs untuned TVM vs onnxruntime and OpenVINO on the same threads:
     interleaved in one process, or (--isolated) each alone at its best."""
     from convtune.tuner.bench import bench_model, isolated_bench, untuned_library
+    from convtune.tuner.measure.runtime import load_manifest
 
     with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
@@ -322,7 +341,8 @@ def bench(
         typer.echo(json.dumps(doc))
     else:
         _console().print(bench_table(result))
-    warn_over_peak([r["pct_peak"] for r in doc["results"].values()], "contender(s) ran")
+    precision = conv_precision(load_manifest(artifact)) if artifact else "fp32"
+    warn_over_peak([r["pct_peak"] for r in doc["results"].values()], "contender(s) ran", precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +410,6 @@ def profile(
     kind = "tuned" if artifact is not None else "untuned"
     title = f"{ingested.name} ({kind}), {n_threads} threads, peak {peak_gflops:.0f} GFLOP/s"
     _console().print(profile_table(rows, title))
-    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran")
+    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran", conv_precision(manifest))
     if any(r.get("disturbed") for r in rows):
         warn(f"the layers' times sum above the end-to-end time: {DISTURBED_NOTE}")

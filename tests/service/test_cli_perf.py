@@ -20,6 +20,7 @@ from convtune.db.migrate import upgrade
 from convtune.db.models import ArtifactRow, ModelRow
 from convtune.db.session import make_engine
 from convtune.service.cli import app
+from convtune.service.cli_perf import conv_precision, warn_over_peak
 from convtune.tuner.artifact_files import file_sha256
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.library import compile_untuned
@@ -187,3 +188,19 @@ def test_artifact_of_another_model_is_a_one_line_error(known, tmp_path):
     assert result.exit_code == 2
     assert "built from another model" in result.output
     assert "Traceback" not in result.output
+
+
+def test_over_peak_is_a_warning_for_fp32_and_a_note_for_int8_or_bf16(capsys):
+    """Above 100% of the fp32 peak: a stale peak for fp32 artifacts, expected for int8/bf16."""
+    warn_over_peak([50.0, 180.0], "layer(s) ran")
+    err = capsys.readouterr().err
+    assert "warning:" in err and "measured under load" in err and "180%" in err
+    warn_over_peak([50.0, 180.0], "layer(s) ran", "int8")
+    err = capsys.readouterr().err
+    assert "warning" not in err and "int8 convs exceed it" in err
+    warn_over_peak([50.0, None], "layer(s) ran")
+    assert capsys.readouterr().err == ""
+    qdq = {"precision": "fp32", "layout_plan": {"convs": [{"precision": "int8"}]}}
+    assert conv_precision(qdq) == "int8"
+    assert conv_precision({"precision": "bf16", "layout_plan": {"convs": []}}) == "bf16"
+    assert conv_precision({}) == "fp32"
