@@ -42,7 +42,7 @@ from convtune.tuner.graph.denormals import flush_denormal_constants
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.inplace_concat import write_concats_in_place
-from convtune.tuner.graph.layout import ConvBlockingError, LayoutPlan, blocked_layout
+from convtune.tuner.graph.layout import ConvBlockingError, ConvLayout, LayoutPlan, blocked_layout
 from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup_tables
 from convtune.tuner.graph.lrn import fuse_local_response_norms
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
@@ -591,24 +591,46 @@ def _padded_anchors(anchor: _Anchor, desc: dict[str, Any]) -> set[_Anchor]:
     }
 
 
-def _conv_layout(plan: LayoutPlan | None, index: int) -> dict[str, str]:
-    """``layout`` (and why NCHW, when the blocked layout was asked for) of conv2d ``index``."""
-    if plan is None or plan.fallback or index >= len(plan.convs):
-        return {"layout": "NCHW", "layout_reason": plan.fallback if plan else ""}
-    conv = plan.convs[index]
+def _conv_signature(in_channels: int, out_channels: int, groups: int, kernel: Any) -> tuple:
+    return (int(in_channels), int(out_channels), int(groups), tuple(int(k) for k in kernel))
+
+
+class _PlanEntries:
+    """The layout plan's entry of each ONNX Conv: the k-th conv of a shape (channels, groups,
+    kernel) in the graph is the k-th the layout pass planned of that shape. The pass numbers
+    convs in Relax's binding order, which may differ from the ONNX graph's (a model of parallel
+    branches: the frontend emitted two branches' first convs before either's second)."""
+
+    def __init__(self, plan: LayoutPlan | None) -> None:
+        self.fallback = plan is None or bool(plan.fallback)
+        self.reason = plan.fallback if plan else ""
+        self._queues: dict[tuple, list[ConvLayout]] = {}
+        for conv in plan.convs if plan is not None else []:
+            key = _conv_signature(conv.in_channels, conv.out_channels, conv.groups, conv.kernel)
+            self._queues.setdefault(key, []).append(conv)
+
+    def take(self, desc: dict[str, Any]) -> ConvLayout | None:
+        """The entry of the next ONNX Conv described by ``desc`` (graph order), if planned."""
+        weight = desc["weight"]
+        key = _conv_signature(desc["input"][1], weight[0], desc["groups"], weight[2:])
+        queue = self._queues.get(key)
+        return queue.pop(0) if queue and not self.fallback else None
+
+
+def _conv_layout(entries: _PlanEntries, conv: ConvLayout | None) -> dict[str, str]:
+    """``layout`` (and why NCHW, when the blocked layout was asked for) of a conv2d."""
+    if conv is None:
+        return {"layout": "NCHW", "layout_reason": entries.reason}
     return {"layout": conv.layout, "layout_reason": conv.reason, "precision": conv.precision}
 
 
-def _computed_anchor(
-    anchor: _Anchor, plan: LayoutPlan | None, index: int, desc: dict[str, Any]
-) -> _Anchor:
+def _computed_anchor(anchor: _Anchor, conv: ConvLayout | None, desc: dict[str, Any]) -> _Anchor:
     """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
     its output channels to a block, its TIR block has more outputs than the ONNX node; with
     the zero kernel columns that fill an AMX tile row or the zero input channels that pad the
     AMX stem's pixels to 4 (``conv_kinds/amx.py``), a longer reduction."""
-    if plan is None or plan.fallback or index >= len(plan.convs):
+    if conv is None:
         return anchor
-    conv = plan.convs[index]
     outputs, reduction = anchor.outputs, anchor.reduction
     if conv.computed_channels > conv.out_channels:
         outputs = outputs // conv.out_channels * conv.computed_channels
@@ -649,6 +671,7 @@ def _link_onnx_nodes(
             sites.append((func_name, anchor))
     used = [False] * len(sites)
     shapes = static_shapes(model)
+    entries = _PlanEntries(plan)
     conv_index = -1
     for position, node in enumerate(model.graph.node):
         if node.op_type not in ANCHOR_OPS:
@@ -660,8 +683,9 @@ def _link_onnx_nodes(
             continue
         anchor, desc = found
         if node.op_type == "Conv":
-            desc.update(_conv_layout(plan, conv_index))
-            anchor = _computed_anchor(anchor, plan, conv_index, desc)
+            planned = entries.take(desc)
+            desc.update(_conv_layout(entries, planned))
+            anchor = _computed_anchor(anchor, planned, desc)
         elif node.op_type == "ConvTranspose" and plan is not None:
             desc.update(layout="NCHW", layout_reason="ConvTranspose is compiled NCHW")
         anchors = {anchor, *_padded_anchors(anchor, desc)}

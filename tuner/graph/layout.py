@@ -138,6 +138,8 @@ class ConvLayout:
     out_channels: int
     groups: int
     reason: str = ""
+    #: Its kernel's (height, width), () where the weight's shape is not static.
+    kernel: tuple[int, ...] = ()
     #: A dense blocked 3×3 stride-1 conv that may run as Winograd (conv_kinds/winograd.py).
     winograd_eligible: bool = False
     #: Its Winograd output tile m of F(m×m, 3×3), or 0 where it runs the direct convolution.
@@ -603,6 +605,7 @@ class _BlockingMutator(PyExprMutator):
             in_channels=x_shape[1] if x_shape else 0,
             out_channels=w_shape[0] if w_shape else 0,
             groups=groups,
+            kernel=tuple(w_shape[2:]) if w_shape else (),
         )
         self.plan.convs.append(entry)
         site, reason = self._site(call, x_shape, w_shape, groups)
