@@ -35,8 +35,9 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
     """One small graph with a task for every registered space: an RGB stem, a depthwise conv, 1×1
     and 3×3 stride-1 convs (blocked, Winograd-eligible), quantized (QDQ) 1×1 and 5×5 convs added
     back to the 3×3's output (int8 convs on a VNNI CPU; on an AMX one the 1×1 runs on tiles and
-    the 5×5, wider than a tile row, on VNNI), an LRN, a max-pool, a 512-channel reduction, and a
-    classifier ending in Softmax."""
+    the 5×5, wider than a tile row, on VNNI), an fp32 5×5 added too (bf16-dot's in a bf16 job on
+    an AMX CPU, whose tiles take the other convs), an LRN, a max-pool, a 512-channel reduction,
+    and a classifier ending in Softmax."""
     rng = np.random.default_rng(seed)
     inits = [
         _init("w_stem", _weights(rng, (16, 3, 3, 3))),
@@ -54,6 +55,7 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         _init("q_w_zero", np.array(0, np.int8)),
         _init("q_x_scale", np.array(0.05, np.float32)),
         _init("q_x_zero", np.array(0, np.uint8)),
+        _init("w_5x5", _weights(rng, (32, 32, 5, 5))),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w_stem"], ["s"], strides=[2, 2], pads=[1] * 4),
@@ -71,7 +73,10 @@ def every_space_net(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["q_w5", "q_w_scale", "q_w_zero"], ["q_w5_dq"]),
         helper.make_node("Conv", ["q_dq", "q_w5_dq"], ["qc5"], pads=[2] * 4),
         helper.make_node("Add", ["qc", "qc5"], ["qc_sum"]),
-        helper.make_node("Add", ["c_r", "qc_sum"], ["c_sum"]),
+        helper.make_node("Add", ["c_r", "qc_sum"], ["c_qsum"]),
+        # fp32 5×5: with --precision bf16 on an AMX CPU, wider than a tile row: bf16-dot's
+        helper.make_node("Conv", ["c_r", "w_5x5"], ["c5"], pads=[2] * 4),
+        helper.make_node("Add", ["c_qsum", "c5"], ["c_sum"]),
         helper.make_node("LRN", ["c_sum"], ["c_lrn"], size=5),
         helper.make_node("MaxPool", ["c_lrn"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Conv", ["m", "w_wide"], ["wd"]),

@@ -62,18 +62,23 @@ class AmxKind(ConvKind):
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         assert operands.data_block == AMX_DATA_BLOCK
-        attrs = site.attrs
-        return bb.call_te(
-            conv2d_nchwc_amx,
-            operands.data,
-            relax.const(pack_weight(site.weight_array(), self.fmt), self.fmt.weight_dtype),
-            attrs.strides,
-            attrs.padding,
-            site.w_shape[3],
-            primfunc_name_hint=amx_block_name(self.fmt),
-            # Fusable with its elementwise epilogue, like a conv (winograd.py).
-            primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
-        )
+        return amx_call(bb, operands.data, site, self.fmt, AMX_DATA_BLOCK)
+
+
+def amx_call(bb: BlockBuilder, data: Expr, site: ConvSite, fmt: DotFormat, block: int) -> Expr:
+    """The AMX op of ``fmt`` on ``data`` (``NCHW{block}c``) with the site's weight packed."""
+    attrs = site.attrs
+    return bb.call_te(
+        conv2d_nchwc_amx,
+        data,
+        relax.const(pack_weight(site.weight_array(), fmt, block), fmt.weight_dtype),
+        attrs.strides,
+        attrs.padding,
+        site.w_shape[3],
+        primfunc_name_hint=amx_block_name(fmt),
+        # Fusable with its elementwise epilogue, like a conv (winograd.py).
+        primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
+    )
 
 
 class Int8AmxKind(AmxKind):
@@ -113,24 +118,14 @@ class AmxStemKind(ConvKind):
         return STEM_DATA_BLOCK
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
-        data, attrs = operands.data, site.attrs
+        data = operands.data
         n, channels, height, width = site.x_shape
         if channels < STEM_DATA_BLOCK:
             pad = [0, 0, 0, STEM_DATA_BLOCK - channels, 0, 0, 0, 0]
             data = bb.emit(relax.op.nn.pad(data, pad))
         pixels = bb.emit(relax.op.permute_dims(data, [0, 2, 3, 1]))
         blocked = bb.emit(relax.op.reshape(pixels, (n, 1, height, width, STEM_DATA_BLOCK)))
-        weight = pack_weight(site.weight_array(), self.fmt, STEM_DATA_BLOCK)
-        return bb.call_te(
-            conv2d_nchwc_amx,
-            blocked,
-            relax.const(weight, self.fmt.weight_dtype),
-            attrs.strides,
-            attrs.padding,
-            site.w_shape[3],
-            primfunc_name_hint=amx_block_name(self.fmt),
-            primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
-        )
+        return amx_call(bb, blocked, site, self.fmt, STEM_DATA_BLOCK)
 
 
 class Int8AmxStemKind(AmxStemKind):
