@@ -1,10 +1,12 @@
-"""Shared by the dot-product conv tests (int8-vnni, bf16-dot): NCHW ↔ NCHW{b}c, a numpy conv,
-and a design scheduled with each column block its space may sample."""
+"""Shared by the dot-product and AMX conv tests (int8-vnni, bf16-dot, int8-amx, bf16-amx):
+NCHW ↔ NCHW{b}c, a numpy conv, a bf16 case, and a design scheduled with each column block its
+space may sample."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import ml_dtypes
 import numpy as np
 from tvm.ir import IRModule
 from tvm.s_tir import Schedule
@@ -19,6 +21,21 @@ def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
 def from_blocked(y: np.ndarray) -> np.ndarray:
     n, chunks, h, w, block = y.shape
     return y.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, h, w)
+
+
+def bf16_relu_arrays(
+    ic: int, oc: int, size: int, kernel: int, stride: int, pads, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Random bf16 data (NCHW) and weights (OIHW), an fp32 bias, and ReLU(conv + bias) in
+    float64 of those bf16 values (their products are exact in fp32: a kernel differs only in
+    the order of its sums), as fp32."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, ic, size, size)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((oc, ic, kernel, kernel)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(oc).astype(np.float32)
+    conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
+    expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
+    return x, w, bias, expected
 
 
 def reference_conv(x: np.ndarray, w: np.ndarray, stride: int, pads, dtype=np.int64) -> np.ndarray:

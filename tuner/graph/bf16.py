@@ -26,10 +26,9 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from convtune.schedules.ops.amx_conv import stem_refusal
 from convtune.schedules.ops.dot_conv import BF16
 
-from .conv_kinds import dot_refusal
+from .conv_kinds import rewrite_refusal
 from .conv_rewrites import ConvRewrites
 from .rewrite import rewrite_functions
 
@@ -90,13 +89,8 @@ class _Bf16ConvMutator(PyExprMutator):
             return "weights not constant"
         x_shape = tuple(int(d) for d in call.args[0].ty.shape)
         w_shape = tuple(int(d) for d in call.args[1].ty.shape)
-        refusal = dot_refusal(x_shape, w_shape, int(attrs.groups), self.lanes)
-        if refusal and self.amx:  # the RGB stem runs on tiles where its 3 channels fit
-            out_width = int(call.ty.shape[3])
-            groups = int(attrs.groups)
-            stem = stem_refusal(x_shape, w_shape, out_width, attrs.dilation, groups, BF16)
-            refusal = refusal if stem else ""
-        return refusal
+        out_width = int(call.ty.shape[3])
+        return rewrite_refusal(x_shape, w_shape, attrs, out_width, self.lanes, BF16, self.amx)
 
 
 def bf16_convs(

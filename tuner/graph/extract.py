@@ -602,10 +602,10 @@ class _PlanEntries:
     branches: the frontend emitted two branches' first convs before either's second)."""
 
     def __init__(self, plan: LayoutPlan | None) -> None:
-        self.fallback = plan is None or bool(plan.fallback)
         self.reason = plan.fallback if plan else ""
         self._queues: dict[tuple, list[ConvLayout]] = {}
-        for conv in plan.convs if plan is not None else []:
+        # After a whole-model fallback every conv is NCHW: no entry describes one.
+        for conv in plan.convs if plan is not None and not plan.fallback else []:
             key = _conv_signature(conv.in_channels, conv.out_channels, conv.groups, conv.kernel)
             self._queues.setdefault(key, []).append(conv)
 
@@ -614,7 +614,7 @@ class _PlanEntries:
         weight = desc["weight"]
         key = _conv_signature(desc["input"][1], weight[0], desc["groups"], weight[2:])
         queue = self._queues.get(key)
-        return queue.pop(0) if queue and not self.fallback else None
+        return queue.pop(0) if queue else None
 
 
 def _conv_layout(entries: _PlanEntries, conv: ConvLayout | None) -> dict[str, str]:
@@ -625,10 +625,10 @@ def _conv_layout(entries: _PlanEntries, conv: ConvLayout | None) -> dict[str, st
 
 
 def _computed_anchor(anchor: _Anchor, conv: ConvLayout | None, desc: dict[str, Any]) -> _Anchor:
-    """The anchor of conv ``index`` as its kernel computes it: with the zero filters that pad
-    its output channels to a block, its TIR block has more outputs than the ONNX node; with
-    the zero kernel columns that fill an AMX tile row or the zero input channels that pad the
-    AMX stem's pixels to 4 (``conv_kinds/amx.py``), a longer reduction."""
+    """The anchor of a conv (its plan entry ``conv``) as its kernel computes it: with the zero
+    filters that pad its output channels to a block, its TIR block has more outputs than the
+    ONNX node; with the zero kernel columns that fill an AMX tile row or the zero input channels
+    that pad the AMX stem's pixels to 4 (``conv_kinds/amx.py``), a longer reduction."""
     if conv is None:
         return anchor
     outputs, reduction = anchor.outputs, anchor.reduction

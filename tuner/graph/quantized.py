@@ -33,11 +33,10 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from convtune.schedules.ops.amx_conv import stem_refusal
 from convtune.schedules.ops.dot_conv import INT8
 from convtune.schedules.ops.int8 import zero_point_correction
 
-from .conv_kinds import dot_refusal
+from .conv_kinds import rewrite_refusal
 from .conv_rewrites import ConvRewrites
 from .rewrite import rewrite_functions
 
@@ -123,13 +122,8 @@ class _IntegerConvMutator(PyExprMutator):
             self._keep("not a 2-D NCHW conv")
             return None
         x_shape = tuple(int(d) for d in data.args[0].ty.shape)
-        refusal = dot_refusal(x_shape, w_q.shape, int(attrs.groups), self.lanes)
-        if refusal and self.amx:  # the RGB stem runs on tiles where its 3 channels fit
-            out_width = int(conv.ty.shape[3])
-            stem = stem_refusal(
-                x_shape, w_q.shape, out_width, attrs.dilation, int(attrs.groups), INT8
-            )
-            refusal = refusal if stem else ""
+        out_width = int(conv.ty.shape[3])
+        refusal = rewrite_refusal(x_shape, w_q.shape, attrs, out_width, self.lanes, INT8, self.amx)
         if not self.vnni:
             refusal = "the CPU has no AVX-512 VNNI"
         if refusal:

@@ -49,6 +49,7 @@ from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
 from tests.schedules.dot_conv_cases import (
+    bf16_relu_arrays,
     from_blocked,
     random_task_args,
     reference_conv,
@@ -136,12 +137,7 @@ def bf16_case(name: str, seed: int = 0):
     """The TE module of ``CONFIGS[name]`` in bf16 (the op's conv, a bias and a ReLU in fp32),
     its arguments and the expected fp32 output (NCHW)."""
     ic, oc, size, kernel, stride, pads = CONFIGS[name]
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((1, ic, size, size)).astype(ml_dtypes.bfloat16)
-    w = rng.standard_normal((oc, ic, kernel, kernel)).astype(ml_dtypes.bfloat16)
-    bias = rng.standard_normal(oc).astype(np.float32)
-    conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
-    expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
+    x, w, bias, expected = bf16_relu_arrays(ic, oc, size, kernel, stride, pads, seed)
     packed = pack_weight(w, BF16, data_block(ic))
     data_args = blocked_input(x)
     data = te.placeholder(data_args.shape, "bfloat16", name="data")

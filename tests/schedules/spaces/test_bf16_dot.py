@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-import ml_dtypes
 import numpy as np
 import pytest
 import tvm
@@ -27,8 +26,8 @@ from convtune.schedules.spaces.bf16_dot import Bf16DotConvSpace
 from convtune.schedules.spaces.dot_conv import OC_BLOCKS
 from convtune.tuner.target import make_target
 from tests.schedules.dot_conv_cases import (
+    bf16_relu_arrays,
     from_blocked,
-    reference_conv,
     to_blocked,
     with_each_column_block,
 )
@@ -65,12 +64,7 @@ def bf16_conv_func(ic: int, oc: int, block: int, size: int, kernel: int, stride:
 def case(name: str, seed: int = 0):
     """The TE module, its arguments and the expected fp32 output (NCHW) of ``CONFIGS[name]``."""
     ic, oc, block, size, kernel, stride, pads = CONFIGS[name]
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((1, ic, size, size)).astype(ml_dtypes.bfloat16)
-    w = rng.standard_normal((oc, ic, kernel, kernel)).astype(ml_dtypes.bfloat16)
-    bias = rng.standard_normal(oc).astype(np.float32)
-    conv = reference_conv(x.astype(np.float32), w.astype(np.float32), stride, pads, np.float64)
-    expected = np.maximum(conv + bias.reshape(1, -1, 1, 1), 0).astype(np.float32)
+    x, w, bias, expected = bf16_relu_arrays(ic, oc, size, kernel, stride, pads, seed)
     mod, shape = bf16_conv_func(ic, oc, block, size, kernel, stride, pads)
     packed = pack_weight(w, block, BF16).reshape(shape)
     out = np.zeros((1, oc // DOT_LANES, *expected.shape[2:], DOT_LANES), np.float32)

@@ -5,7 +5,7 @@ module here with a :class:`~.base.ConvKind` subclass, and one line in ``CONV_KIN
 
 from __future__ import annotations
 
-from .amx import Bf16AmxKind, Bf16AmxStemKind, Int8AmxKind, Int8AmxStemKind
+from .amx import Bf16AmxKind, Bf16AmxStemKind, Int8AmxKind, Int8AmxStemKind, rewrite_refusal
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
@@ -56,5 +56,6 @@ __all__ = [
     "Decision",
     "base_kind",
     "dot_refusal",
+    "rewrite_refusal",
     "variants_of",
 ]

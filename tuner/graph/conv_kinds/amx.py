@@ -12,7 +12,7 @@ rest. Only the AMX spaces and the generic one schedule these ops. On ResNet-50's
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tvm import relax
 from tvm.relax import BlockBuilder, Expr
@@ -32,7 +32,33 @@ from convtune.schedules.ops.amx_conv import (
 from convtune.schedules.ops.dot_conv import BF16, DOT_LANES, INT8, DotFormat
 
 from .base import ConvKind, ConvOperands, ConvSite, Decision
+from .dot import dot_refusal
 from .winograd import OUT_ELEMWISE_FUSABLE
+
+
+def rewrite_refusal(
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    call_attrs: Any,
+    out_width: int,
+    lanes: int,
+    fmt: DotFormat,
+    amx: bool,
+) -> str:
+    """Why a precision rewrite (``quantized.py``, ``bf16.py``) leaves a conv of these shapes in
+    fp32, or "" when a kind blocks the conv it would make: a dot-product conv, or, where the
+    target's tiles multiply ``fmt`` (``amx``), the RGB stem on tiles."""
+    groups = int(call_attrs.groups)
+    refusal = dot_refusal(x_shape, w_shape, groups, lanes)
+    if refusal and amx:
+        stem = stem_refusal(x_shape, w_shape, out_width, call_attrs.dilation, groups, fmt)
+        return refusal if stem else ""
+    return refusal
+
+
+def _tiles_multiply(site: ConvSite, fmt: DotFormat) -> bool:
+    """Whether the conv reads ``fmt``'s data and the target's tiles multiply that format."""
+    return str(site.call.args[0].ty.dtype) == fmt.data_dtype and fmt.precision in site.amx
 
 
 class AmxKind(ConvKind):
@@ -43,8 +69,7 @@ class AmxKind(ConvKind):
     reason: ClassVar[str]
 
     def decide(self, site: ConvSite) -> Decision | None:
-        fmt = self.fmt
-        if str(site.call.args[0].ty.dtype) != fmt.data_dtype or fmt.precision not in site.amx:
+        if not _tiles_multiply(site, self.fmt):
             return None
         refusal = amx_refusal(
             site.x_shape[1], site.w_shape[0], site.w_shape[2:], site.attrs.dilation, site.groups
@@ -103,12 +128,11 @@ class AmxStemKind(ConvKind):
     reason: ClassVar[str]
 
     def decide(self, site: ConvSite) -> Decision | None:
-        fmt = self.fmt
-        if str(site.call.args[0].ty.dtype) != fmt.data_dtype or fmt.precision not in site.amx:
+        if not _tiles_multiply(site, self.fmt):
             return None
         out_width = int(site.call.ty.shape[3])
         refusal = stem_refusal(
-            site.x_shape, site.w_shape, out_width, site.attrs.dilation, site.groups, fmt
+            site.x_shape, site.w_shape, out_width, site.attrs.dilation, site.groups, self.fmt
         )
         if refusal or not site.constant_weight or site.out_block != DOT_LANES:
             return None
