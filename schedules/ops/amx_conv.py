@@ -35,14 +35,12 @@ from tvm import te, topi
 from tvm.topi.utils import get_const_tuple
 
 from .amx import tile_rows
-from .dot_conv import BF16, DOT_LANES, INT8, DotFormat, format_of_data
+from .dot_conv import BF16, DOT_LANES, INT8, STEM_DATA_BLOCK, DotFormat, format_of_data
 
 #: The TE block (and task) name of each format's compute.
 AMX_CONV_BLOCKS = {INT8: "conv2d_NCHWc_int8_amx", BF16: "conv2d_NCHWc_bf16_amx"}
 #: Input channels per pixel of a tile row (the data block).
 AMX_DATA_BLOCK = 16
-#: The stem's data block: up to 4 input channels (RGB padded), a pixel per 4-byte group.
-STEM_DATA_BLOCK = 4
 #: Bytes of a tile row.
 TILE_ROW_BYTES = 64
 #: Most kernel columns one reduction computes (steps × taps): wider kernels stay on the

@@ -29,6 +29,9 @@ from .conv_call import conv2d_call
 
 #: Accumulator lanes of one instruction (zmm).
 DOT_LANES = 16
+#: The data block of an RGB stem: up to 4 input channels (padded), one pixel a 4-byte group
+#: of u8 (one ``vpdpbusd`` group) or two ``vdpbf16ps`` pairs of bf16.
+STEM_DATA_BLOCK = 4
 
 
 @dataclass(frozen=True)
@@ -58,13 +61,17 @@ def format_of_data(dtype: str) -> DotFormat | None:
 
 
 def pack_weight(weight: np.ndarray, in_block: int, fmt: DotFormat) -> np.ndarray:
-    """OIHW → (O/16, I/a, KH, KW, a, 16): the elements of (O/16, I/a, KH, KW, a/g, 16, g).
+    """OIHW → (O/16, I/a, KH, KW, a, 16): the elements of (O/16, I/a, KH, KW, a/g, 16, g), the
+    input channels past I zero (a stem's 3 of 4).
 
     Relax's conv2d takes no layout with two sub-axes of one axis (``OIHW4i16o4i``: "more than one
     subordinate"), so the call carries the tile as the 6-D ``OIHW{a}i16o`` its shape inference
     accepts, and :func:`legalize_dot_conv2d` reshapes it back to 7-D for the compute."""
-    o, i, h, w = weight.shape
+    o, channels, h, w = weight.shape
     b, g = DOT_LANES, fmt.group
+    i = -(-channels // in_block) * in_block
+    if i != channels:
+        weight = np.concatenate([weight, np.zeros((o, i - channels, h, w), weight.dtype)], axis=1)
     blocks = weight.reshape(o // b, b, i // in_block, in_block // g, g, h, w)
     packed = np.ascontiguousarray(blocks.transpose(0, 2, 5, 6, 3, 1, 4))
     return packed.reshape(o // b, i // in_block, h, w, in_block, b)
@@ -158,6 +165,7 @@ __all__ = [
     "DOT_LANES",
     "FORMATS",
     "INT8",
+    "STEM_DATA_BLOCK",
     "DotFormat",
     "conv2d_nchwc_dot",
     "dot_conv2d",

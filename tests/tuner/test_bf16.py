@@ -36,19 +36,16 @@ def _cnn():
     return models.three_conv_cnn(size=16, channels=(3, 16, 32, 32))
 
 
-def test_eligible_convs_are_bf16_and_the_stem_stays_fp32() -> None:
+def test_eligible_convs_are_bf16_the_stem_too() -> None:
     ingested = load_model(models.to_bytes(_cnn()))
     relax_model, tasks = extract_tasks(ingested, make_target(ZEN4), "nchwc", precision="bf16")
     plan = relax_model.plan
     assert plan is not None
     convs = sorted(plan.convs, key=lambda c: c.index)
-    assert [c.precision for c in convs] == ["fp32", "bf16", "bf16"]
+    assert [c.precision for c in convs] == ["bf16", "bf16", "bf16"]
     assert all(c.blocked for c in convs)
     lines = [line for line in relax_model.fallbacks if line.startswith("bf16:")]
-    assert lines == [
-        "bf16: 2 of 3 convs run as bf16×bf16→fp32 AVX-512 BF16 kernels, the others in fp32 "
-        "(1× channels 3→16 not multiples of 8→16)"
-    ]
+    assert lines == ["bf16: 3 of 3 convs run as bf16×bf16→fp32 AVX-512 BF16 kernels"]
     reasons = {
         node: task.description["layout_reason"]
         for task in tasks
@@ -56,6 +53,7 @@ def test_eligible_convs_are_bf16_and_the_stem_stays_fp32() -> None:
         for node in task.onnx_nodes
     }
     assert reasons["conv1"] == reasons["conv2"] == "bf16×bf16→fp32 (AVX-512 BF16)"
+    assert reasons["conv0"] == "bf16×bf16→fp32 stem (AVX-512 BF16, NCHW4c in)"
 
 
 def test_fp32_is_the_default_and_has_no_bf16_note() -> None:
@@ -97,10 +95,12 @@ def test_bf16_tolerance_is_relative_to_the_outputs_range() -> None:
 
 
 @needs_bf16
-def test_an_untuned_bf16_build_computes_in_bf16(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_channels", [32, 3], ids=["conv", "stem"])
+def test_an_untuned_bf16_build_computes_in_bf16(tmp_path: Path, in_channels: int) -> None:
     """The bf16 build agrees with a numpy model of its arithmetic (inputs and weights rounded to
-    bf16 at each bf16 conv) better than with the fp32 model: the kernels really multiply bf16."""
-    model = models.conv_net(in_channels=32, out_channels=64, size=12, seed=2)
+    bf16 at each bf16 conv) better than with the fp32 model: the kernels really multiply bf16.
+    The RGB stem's too (3 channels padded to 4)."""
+    model = models.conv_net(in_channels=in_channels, out_channels=64, size=12, seed=2)
     ingested = load_model(models.to_bytes(model))
     so_path = compile_untuned(ingested, make_target(None), tmp_path, precision=Precision.BF16)
     feeds = models.random_inputs(model, seed=3)

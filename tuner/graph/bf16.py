@@ -8,10 +8,11 @@ precision, each fp32 conv the dot-product kind blocks (``conv_kinds/dot.py``) be
 
 with the weight rounded once here (to nearest, ties to even) and the activation's rounding an
 element-by-element cast that fuses into the kernel producing it, so that kernel writes bf16.
-Bias, BatchNorm (folded before this pass) and activations stay fp32 in the conv's epilogue.
-Everything else (depthwise and grouped convs, the RGB stem but on AMX tiles, Gemm/MatMul) stays
-fp32; :class:`Bf16Convs` says how many convs changed and why the others did not. The error this
-costs is gated by verification (``tuner/measure/verify.py``, ``BF16_RTOL``).
+Bias, BatchNorm (folded before this pass) and activations stay fp32 in the conv's epilogue. The RGB
+stem (at most 4 input channels) becomes bf16 too, its data padded to 4 channels (``bf16-stem``, or
+``bf16-amx-stem`` on tiles). Everything else (depthwise and grouped convs, channels no block holds,
+Gemm/MatMul) stays fp32; :class:`Bf16Convs` says how many convs changed and why the others did not.
+The error this costs is gated by verification (``tuner/measure/verify.py``, ``BF16_RTOL``).
 """
 
 from __future__ import annotations
@@ -54,10 +55,9 @@ class Bf16Convs(ConvRewrites):
 
 @mutator
 class _Bf16ConvMutator(PyExprMutator):
-    def __init__(self, mod: IRModule, lanes: int, amx: bool) -> None:
+    def __init__(self, mod: IRModule, lanes: int) -> None:
         super().__init__(mod)
         self.lanes = lanes
-        self.amx = amx
         self.result = Bf16Convs()
 
     def visit_call_(self, call: Call) -> Expr:
@@ -89,8 +89,7 @@ class _Bf16ConvMutator(PyExprMutator):
             return "weights not constant"
         x_shape = tuple(int(d) for d in call.args[0].ty.shape)
         w_shape = tuple(int(d) for d in call.args[1].ty.shape)
-        out_width = int(call.ty.shape[3])
-        return rewrite_refusal(x_shape, w_shape, attrs, out_width, self.lanes, BF16, self.amx)
+        return rewrite_refusal(x_shape, w_shape, attrs, self.lanes)
 
 
 def bf16_convs(
@@ -101,7 +100,7 @@ def bf16_convs(
     tiles too)."""
     if not bf16:
         return mod, Bf16Convs(refused="the CPU has no AVX-512 BF16")
-    rewriter = _Bf16ConvMutator(mod, lanes, amx)
+    rewriter = _Bf16ConvMutator(mod, lanes)
     rewriter.result.kernels = "AMX-tile" if amx else "AVX-512 BF16"
     return rewrite_functions(rewriter, mod), rewriter.result
 

@@ -4,8 +4,8 @@ A QDQ model (onnxruntime's ``quantize_static``, Intel Neural Compressor, PyTorch
 holds every conv as ``conv(dequantize(x_q, s_x, z_x), dequantize(w_q, s_w, 0)) + bias`` followed
 by ``quantize``. TVM's frontend imports it as such and runs it in fp32: ``FoldConstant`` turns
 the weight's dequantize into float weights, so the integers are lost unless this pass runs first.
-It rewrites each such conv, where the target has AVX-512 VNNI and the conv kind ``int8`` blocks it
-(``conv_kinds/dot.py``), into
+It rewrites each such conv, where the target has AVX-512 VNNI and the conv kind ``int8`` (or, for an
+RGB stem of at most 4 channels, ``int8-stem``) blocks it (``conv_kinds/dot.py``), into
 
     acc = conv2d(x_q, w_q) : s32                         # vpdpbusd, 4 MACs a lane
     y   = float(acc - z_x·Σw) · (s_x·s_w)                # per output channel
@@ -17,7 +17,8 @@ conv reads, so the int8 tensors run from conv to conv in the blocked layout
 (``layout.py`` carries quantize/dequantize with scalar parameters).
 
 Everything else keeps its QDQ form and runs in fp32, exactly as onnxruntime's reference defines
-it: convs of other shapes (the RGB stem, depthwise, grouped), s8 or per-channel activations,
+it: convs of other shapes (depthwise, grouped, channels no block holds), s8 or per-channel
+activations,
 weights with a zero point, Gemm/MatMul. :func:`integer_convs` says how many convs became integer
 and why the others did not.
 """
@@ -33,7 +34,6 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from convtune.schedules.ops.dot_conv import INT8
 from convtune.schedules.ops.int8 import zero_point_correction
 
 from .conv_kinds import rewrite_refusal
@@ -72,11 +72,10 @@ def _const(expr: Expr) -> np.ndarray | None:
 
 @mutator
 class _IntegerConvMutator(PyExprMutator):
-    def __init__(self, mod: IRModule, lanes: int, vnni: bool, amx: bool) -> None:
+    def __init__(self, mod: IRModule, lanes: int, vnni: bool) -> None:
         super().__init__(mod)
         self.lanes = lanes
         self.vnni = vnni
-        self.amx = amx
         self.result = IntegerConvs()
 
     def _dequantize(self, expr: Expr) -> Call | None:
@@ -122,8 +121,7 @@ class _IntegerConvMutator(PyExprMutator):
             self._keep("not a 2-D NCHW conv")
             return None
         x_shape = tuple(int(d) for d in data.args[0].ty.shape)
-        out_width = int(conv.ty.shape[3])
-        refusal = rewrite_refusal(x_shape, w_q.shape, attrs, out_width, self.lanes, INT8, self.amx)
+        refusal = rewrite_refusal(x_shape, w_q.shape, attrs, self.lanes)
         if not self.vnni:
             refusal = "the CPU has no AVX-512 VNNI"
         if refusal:
@@ -166,7 +164,7 @@ def integer_convs(
     """``mod`` (as TVM's ONNX frontend made it, before constant folding) with its QDQ convs as
     integer convs where a target of ``lanes`` fp32 lanes, with VNNI or not, runs them so
     (``amx``: it has AMX-INT8 tiles too)."""
-    mutator_ = _IntegerConvMutator(mod, lanes, vnni, amx)
+    mutator_ = _IntegerConvMutator(mod, lanes, vnni)
     mutator_.result.kernels = "AMX-tile" if amx else "VNNI"
     out = relax.transform.DeadCodeElimination()(rewrite_functions(mutator_, mod))
     return out, mutator_.result

@@ -43,6 +43,8 @@ CONFIGS = {
     "stride2": (16, 48, 16, 15, 3, 2, (1, 1, 1, 1)),
     "1x1": (64, 32, 16, 7, 1, 1, (0, 0, 0, 0)),
     "in-block-8": (24, 32, 8, 9, 3, 1, (1, 1, 1, 1)),
+    # an RGB stem's data: one 4-channel chunk, two vdpbf16ps pairs a pixel
+    "stem-7x7-stride2": (4, 32, 4, 20, 7, 2, (3, 3, 3, 3)),
 }
 
 

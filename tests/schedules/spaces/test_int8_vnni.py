@@ -59,6 +59,8 @@ CONFIGS = {
     "1x1": (64, 32, 16, 7, 1, 1, (0, 0, 0, 0)),
     "in-block-8": (24, 32, 8, 9, 3, 1, (1, 1, 1, 1)),
     "asymmetric-pads": (16, 64, 16, 9, 3, 1, (0, 1, 2, 1)),
+    # an RGB stem's data: one 4-channel chunk, one vpdpbusd group a pixel
+    "stem-7x7-stride2": (4, 32, 4, 20, 7, 2, (3, 3, 3, 3)),
 }
 #: The requantization's output zero point.
 ZERO_POINT = 100
@@ -163,6 +165,8 @@ QDQ_CONVS: dict[str, Callable[[], onnx.ModelProto]] = {
     ),
     "1x1": lambda: conv_net(in_channels=64, out_channels=48, size=7, kernel=1, pads=0),
     "3x3-silu": lambda: silu_model(in_channels=16, out_channels=32, size=12),
+    # 3 channels padded to 4 (conv kind int8-stem)
+    "stem": lambda: conv_net(in_channels=3, out_channels=32, size=32, kernel=7, strides=2, pads=3),
 }
 
 
@@ -188,6 +192,7 @@ def test_the_space_takes_the_integer_convs_only(int8_tasks) -> None:
         "3x3-stride2": 4,
         "1x1": 3,
         "3x3-silu": 2,
+        "stem": 2,
     }
     assert "take" in int8_tasks["3x3-silu"]["main"].script()
     for mod in int8_tasks.values():

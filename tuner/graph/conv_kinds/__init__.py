@@ -5,11 +5,11 @@ module here with a :class:`~.base.ConvKind` subclass, and one line in ``CONV_KIN
 
 from __future__ import annotations
 
-from .amx import Bf16AmxKind, Bf16AmxStemKind, Int8AmxKind, Int8AmxStemKind, rewrite_refusal
+from .amx import Bf16AmxKind, Bf16AmxStemKind, Int8AmxKind, Int8AmxStemKind
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dense import DenseKind
 from .depthwise import DepthwiseKind
-from .dot import Bf16Kind, Int8Kind, dot_refusal
+from .dot import Bf16Kind, Bf16StemKind, Int8Kind, Int8StemKind, dot_refusal, rewrite_refusal
 from .padded_out import PaddedOutputKind, PaddedStemKind, PaddedWideKind
 from .stem import StemKind
 from .winograd import WinogradKind
@@ -19,9 +19,11 @@ from .winograd import WinogradKind
 CONV_KINDS: tuple[ConvKind, ...] = (
     Int8AmxKind(),
     Int8AmxStemKind(),
+    Int8StemKind(),
     Int8Kind(),
     Bf16AmxKind(),
     Bf16AmxStemKind(),
+    Bf16StemKind(),
     Bf16Kind(),
     DepthwiseKind(),
     StemKind(),

@@ -12,7 +12,7 @@ rest. Only the AMX spaces and the generic one schedule these ops. On ResNet-50's
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from tvm import relax
 from tvm.relax import BlockBuilder, Expr
@@ -32,28 +32,8 @@ from convtune.schedules.ops.amx_conv import (
 from convtune.schedules.ops.dot_conv import BF16, DOT_LANES, INT8, DotFormat
 
 from .base import ConvKind, ConvOperands, ConvSite, Decision
-from .dot import dot_refusal
+from .dot import stem_pixels
 from .winograd import OUT_ELEMWISE_FUSABLE
-
-
-def rewrite_refusal(
-    x_shape: tuple[int, ...],
-    w_shape: tuple[int, ...],
-    call_attrs: Any,
-    out_width: int,
-    lanes: int,
-    fmt: DotFormat,
-    amx: bool,
-) -> str:
-    """Why a precision rewrite (``quantized.py``, ``bf16.py``) leaves a conv of these shapes in
-    fp32, or "" when a kind blocks the conv it would make: a dot-product conv, or, where the
-    target's tiles multiply ``fmt`` (``amx``), the RGB stem on tiles."""
-    groups = int(call_attrs.groups)
-    refusal = dot_refusal(x_shape, w_shape, groups, lanes)
-    if refusal and amx:
-        stem = stem_refusal(x_shape, w_shape, out_width, call_attrs.dilation, groups, fmt)
-        return refusal if stem else ""
-    return refusal
 
 
 def _tiles_multiply(site: ConvSite, fmt: DotFormat) -> bool:
@@ -142,14 +122,8 @@ class AmxStemKind(ConvKind):
         return STEM_DATA_BLOCK
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
-        data = operands.data
-        n, channels, height, width = site.x_shape
-        if channels < STEM_DATA_BLOCK:
-            pad = [0, 0, 0, STEM_DATA_BLOCK - channels, 0, 0, 0, 0]
-            data = bb.emit(relax.op.nn.pad(data, pad))
-        pixels = bb.emit(relax.op.permute_dims(data, [0, 2, 3, 1]))
-        blocked = bb.emit(relax.op.reshape(pixels, (n, 1, height, width, STEM_DATA_BLOCK)))
-        return amx_call(bb, blocked, site, self.fmt, STEM_DATA_BLOCK)
+        pixels = stem_pixels(bb, operands.data, site.x_shape)
+        return amx_call(bb, pixels, site, self.fmt, STEM_DATA_BLOCK)
 
 
 class Int8AmxStemKind(AmxStemKind):
