@@ -145,20 +145,29 @@ def _output_step(model: onnx.ModelProto) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_eligible_convs_are_int8_the_stem_too() -> None:
+def test_eligible_convs_are_int8_the_stem_and_the_classifier_too() -> None:
     """The RGB stem (3 channels, padded to 4 for one vpdpbusd group a pixel) is integer like
-    the convs after it."""
+    the convs after it, and so is the batch-1 Gemm: a 1×1 conv of one pixel, its 10 outputs
+    padded to 64, the plan's fourth conv."""
     ingested = load_model(models.to_bytes(_qdq_cnn()))
     relax_model, tasks = extract_tasks(ingested, make_target(ZEN4), "nchwc")
     plan = relax_model.plan
     assert plan is not None
     convs = sorted(plan.convs, key=lambda c: c.index)
-    assert [c.precision for c in convs] == ["int8", "int8", "int8"]
-    assert [c.in_channels for c in convs] == [3, 16, 32]
+    assert [c.precision for c in convs] == ["int8"] * 4
+    assert [(c.in_channels, c.out_channels) for c in convs] == [
+        (3, 16),
+        (16, 32),
+        (32, 32),
+        (32, 64),
+    ]
     assert all(c.blocked for c in convs)
-    assert [c.as_dict()["precision"] for c in convs] == ["int8", "int8", "int8"]
+    assert [c.as_dict()["precision"] for c in convs] == ["int8"] * 4
     int8_lines = [line for line in relax_model.fallbacks if line.startswith("int8:")]
-    assert int8_lines == ["int8: 3 of 3 quantized convs run as u8×s8 VNNI kernels"]
+    assert int8_lines == [
+        "int8: 3 of 3 quantized convs run as u8×s8 VNNI kernels; "
+        "1 of 1 batch-1 Gemm/MatMul as u8×s8 VNNI kernels"
+    ]
     reasons = {
         node: task.description["layout_reason"]
         for task in tasks
@@ -167,6 +176,9 @@ def test_eligible_convs_are_int8_the_stem_too() -> None:
     }
     assert reasons["conv1"] == reasons["conv2"] == "u8×s8→s32 (VNNI)"
     assert reasons["conv0"] == "u8×s8→s32 stem (VNNI, NCHW4c in)"
+    (gemm,) = [task for task in tasks if task.kind == "gemm"]
+    assert "int8" in gemm.name and gemm.onnx_nodes == ["fc"]
+    assert (gemm.description["N"], gemm.description["K"]) == (10, 32)
 
 
 @pytest.mark.parametrize("mcpu", ["skylake-avx512", "znver3"])

@@ -47,7 +47,7 @@ from convtune.tuner.graph.lookup_tables import elementwise_table_lookups, lookup
 from convtune.tuner.graph.lrn import fuse_local_response_norms
 from convtune.tuner.graph.matmul_padding import pad_matmul_columns, padded_columns
 from convtune.tuner.graph.pad_pattern import padding_is_not_elementwise
-from convtune.tuner.graph.quantized import integer_convs, singleton_qparams
+from convtune.tuner.graph.quantized import GEMV_OUTPUT_ALIGN, integer_convs, singleton_qparams
 from convtune.tuner.graph.reciprocal_quantize import legalize_quantize
 from convtune.tuner.graph.wide_means import legalize_mean
 from convtune.tuner.options import DEFAULT_LAYOUT, Algorithm, Layout, Precision
@@ -580,15 +580,15 @@ def _winograd_tasks(
 
 def _padded_anchors(anchor: _Anchor, desc: dict[str, Any]) -> set[_Anchor]:
     """The anchors of a Gemm/MatMul whose weight ``matmul_padding.py`` padded to whole vectors
-    (of either width: the pass ran for the target's)."""
+    (of either width: the pass ran for the target's), or the QDQ rewrite to whole output blocks
+    of its integer conv (``quantized.GEMV_OUTPUT_ALIGN``)."""
     columns = int(desc.get("N") or 0)
     if not columns or anchor.outputs % columns:
         return set()
     rows = anchor.outputs // columns
-    return {
-        _Anchor(outputs=rows * padded_columns(columns, lanes), reduction=anchor.reduction)
-        for lanes in (8, 16)
-    }
+    widths = [padded_columns(columns, lanes) for lanes in (8, 16)]
+    widths.append(-(-columns // GEMV_OUTPUT_ALIGN) * GEMV_OUTPUT_ALIGN)
+    return {_Anchor(outputs=rows * width, reduction=anchor.reduction) for width in widths}
 
 
 def _conv_signature(in_channels: int, out_channels: int, groups: int, kernel: Any) -> tuple:
