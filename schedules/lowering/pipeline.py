@@ -17,6 +17,7 @@ from .denormals import FlushDenormals
 from .peel_tails import NarrowPeeledLoops
 from .prefetch import InjectPrefetch
 from .stack_locals import KeepLocalsOnStack
+from .table_lookup import PermuteTableReads
 
 #: The pipeline name under which TVM's TIR pipeline plus our passes is registered.
 PIPELINE = "s_tir"
@@ -27,6 +28,7 @@ PIPELINE = "s_tir"
 #: each parallel loop into one chunk per task.
 PASSES = (
     InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals, ConfigureAmxTiles,
+    PermuteTableReads,
 )  # fmt: skip
 #: Our passes before TVM's pipeline, on the scheduled functions.
 PRE_PASSES = (NarrowPeeledLoops,)

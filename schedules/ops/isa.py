@@ -37,6 +37,12 @@ def has_vnni(target: Target) -> bool:
     return _has_feature(target, "avx512vnni")
 
 
+def has_vbmi(target: Target) -> bool:
+    """Whether the target CPU has AVX-512 VBMI (``vpermi2b``, byte permutes across a zmm): Ice
+    Lake and later Xeons, Zen 4 and Zen 5; not Cascade Lake, which has VNNI."""
+    return _has_feature(target, "avx512vbmi")
+
+
 def has_amx_int8(target: Target) -> bool:
     """Whether the target CPU has AMX tiles with the int8 product (``tdpbusd``): Sapphire Rapids
     and later Xeons (``schedules/ops/amx.py``)."""
