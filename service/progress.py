@@ -102,8 +102,10 @@ class TuneProgress:
         if p is None:
             return f"{self.summary()} · ? ( ) 0/0, best none yet"
         best = p.best_gflops
-        task = f"{p.task} ({p.op} {p.shape}) {p.trials}/{p.budget}, best " + (
-            f"{best:.1f} GFLOP/s ({p.best_ms or 0:.4f} ms)" if best else "none yet"
-        )
+        if best:
+            found = f"{best:.1f} GFLOP/s ({p.best_ms or 0:.4f} ms)"
+        else:  # a kernel without FLOPs (a pad, a copy) has a time and no rate
+            found = f"{p.best_ms:.4f} ms" if p.best_ms else "none yet"
+        task = f"{p.task} ({p.op} {p.shape}) {p.trials}/{p.budget}, best {found}"
         errors = f", {p.errors} failed" if p.errors else ""
         return f"{self.summary()} · {task}{errors}"

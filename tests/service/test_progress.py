@@ -39,6 +39,13 @@ def test_overall_trials_eta_and_budget() -> None:
     assert "fused_conv0 (Conv 1x8x8x8) 2/4, best 12.5 GFLOP/s" in line
     state.update(_batch(1, 4, 4, None))
     assert state.trials_done == 6 and "best none yet" in state.batch_line()
+    # A kernel without FLOPs (a pad) has a best time and no rate.
+    pad = TrialBatch(
+        task_index=1, task="fused_pad", op="pad", shape="1x4x8x8x16",
+        trials=4, budget=4, best_gflops=None, best_ms=0.0123, errors=0,
+    )  # fmt: skip
+    state.update(pad)
+    assert "fused_pad (pad 1x4x8x8x16) 4/4, best 0.0123 ms" in state.batch_line()
 
 
 def test_resumed_run_counts_recorded_trials() -> None:
