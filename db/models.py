@@ -140,6 +140,9 @@ class TargetRow(_Row, Base):
     peak_spread: Mapped[float | None] = mapped_column(Float)
     # STREAM-triad GB/s on peak_threads threads: the roofline's memory slope.
     bandwidth_gbs: Mapped[float | None] = mapped_column(Float)
+    # Precision ("int8", "bf16") → G operations/s of its dot-product instruction on
+    # peak_threads threads: the roofs of the int8 and bf16 convs.
+    dot_peaks: Mapped[dict[str, Any] | None]
 
 
 # The client of rows written before clients existed, and of requests without a token.

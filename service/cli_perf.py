@@ -26,7 +26,7 @@ from convtune.service.cli_common import (
     user_errors,
 )
 from convtune.tuner.errors import ConvtuneError
-from convtune.tuner.measure.peak import PeakResult, measure_machine
+from convtune.tuner.measure.peak import DOT_PEAKS, PeakResult, measure_machine
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 from convtune.tuner.tables import BENCH_COLUMNS, PROFILE_COLUMNS, bench_rows, rich_table
 
@@ -51,7 +51,7 @@ ThreadsOption = Annotated[
 
 def peak_table(result: PeakResult) -> Table:
     """The peak as a two-column table (also what the dashboard's text export shows)."""
-    table = Table(title="fp32 peak (FMA microbenchmark)")
+    table = Table(title="peak (FMA and dot-product microbenchmarks)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("GFLOP/s, 1 core", f"{result.gflops_per_core:.1f}")
@@ -69,6 +69,10 @@ def peak_table(result: PeakResult) -> Table:
             f"{result.bandwidth_gbs:.1f} GB/s",
         )
         table.add_row("ridge point (FLOP/byte)", f"{result.gflops_all / result.bandwidth_gbs:.1f}")
+    for precision, rate in sorted(result.dot_peaks.items()):
+        instruction = next((d.instruction for d in DOT_PEAKS if d.precision == precision), "")
+        label = f"{precision} G op/s ({instruction}), {result.threads} threads"
+        table.add_row(label, f"{rate:.1f}")
     table.add_row("method", result.method)
     return table
 
@@ -80,15 +84,18 @@ def warn(message: str) -> None:
 
 def warn_over_peak(values: list[float | None], what: str, precision: str = "fp32") -> None:
     """% of peak above 100 means the stored peak was measured low (under load), not magic; or,
-    for an artifact whose convs multiply int8 or bf16 (``precision``), that they beat the fp32
-    FMA peak the percentages are of, as they should."""
+    for an artifact whose convs multiply int8 or bf16 (``precision``), that they beat the peak
+    the percentages are of: the fp32 FMA's where no dot-product peak was stored, or the
+    dot-product instruction's for kernels on AMX tiles."""
     over = [v for v in values if v is not None and v > 100.0]
     if not over:
         return
     if precision != "fp32":
         Console(stderr=True, soft_wrap=True).print(
             f"note: {len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): "
-            f"the peak is the fp32 FMA's, and this artifact's {precision} convs exceed it"
+            f"this artifact's {precision} convs exceed the roof they are judged by (the fp32 "
+            "FMA's without a stored dot-product peak, run `convtune peak`; AMX tiles exceed "
+            "the dot-product instruction's)"
         )
         return
     warn(
@@ -114,8 +121,9 @@ def peak(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     db: DbOption = None,
 ) -> None:
-    """Measure this machine's fp32 FMA peak (one core, THREADS cores) and memory bandwidth
-    (stream triad), repeated; warns when the runs spread or other processes are running."""
+    """Measure this machine's fp32 FMA peak (one core, THREADS cores), its int8/bf16 dot-product
+    peaks and memory bandwidth (stream triad), repeated; warns when the runs spread or other
+    processes are running."""
     from convtune.tuner.measure.results import store_peak
     from convtune.tuner.target import make_target
 
@@ -164,6 +172,14 @@ def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
     return peak_for_threads(found, threads), source
 
 
+def _dot_peaks(engine: Engine, target: Target, threads: int) -> dict[str, float]:
+    """The stored dot-product peaks for ``threads`` threads (empty if never measured)."""
+    from convtune.tuner.measure.results import dot_peaks_for_threads, stored_peak
+
+    found = stored_peak(engine, target)
+    return dot_peaks_for_threads(found, threads) if found is not None else {}
+
+
 def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
     """Attach results to the artifact row of ``artifact``'s library; its id, or None if unknown."""
     from convtune.tuner.measure.results import find_artifact, store_artifact_results
@@ -199,6 +215,7 @@ def measure_artifact(
     """
     from convtune.tuner.bench import bench_model
     from convtune.tuner.measure.results import (
+        dot_peaks_for_threads,
         peak_for_threads,
         resolve_peak,
         store_artifact_results,
@@ -227,6 +244,7 @@ def measure_artifact(
         layout=layout,
         winograd=winograd,
         precision=precision,
+        dot_peaks=dot_peaks_for_threads(peak, threads),
     )
     doc["artifact_id"] = artifact_id
     store_artifact_results(engine, artifact_id, bench=doc, profile=rows)
@@ -387,6 +405,7 @@ def profile(
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
         engine = open_database(db)
         peak_gflops, _ = _peak(engine, target, n_threads)
+        dot_peaks = _dot_peaks(engine, target, n_threads)
         so_path = artifact or untuned_library(ingested, target, _data_dir())
         manifest = load_manifest(artifact) if artifact else {}
         rows = profile_model(
@@ -401,6 +420,7 @@ def profile(
             else DEFAULT_LAYOUT,
             winograd=manifest_winograd(manifest),
             precision=str(manifest.get("precision", "fp32")),
+            dot_peaks=dot_peaks,
         )
         _store(engine, artifact, profile=rows)
     if json_file is not None:
@@ -409,7 +429,10 @@ def profile(
         write_csv(rows, csv_file)
     kind = "tuned" if artifact is not None else "untuned"
     title = f"{ingested.name} ({kind}), {n_threads} threads, peak {peak_gflops:.0f} GFLOP/s"
+    precision = conv_precision(manifest)
+    if precision in dot_peaks:
+        title += f" ({precision} layers: {dot_peaks[precision]:.0f} G op/s)"
     _console().print(profile_table(rows, title))
-    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran", conv_precision(manifest))
+    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran", precision)
     if any(r.get("disturbed") for r in rows):
         warn(f"the layers' times sum above the end-to-end time: {DISTURBED_NOTE}")

@@ -38,6 +38,7 @@ from convtune.tuner.measure.reference import ort_session
 from convtune.tuner.options import DEFAULT_LAYOUT, Layout
 
 if TYPE_CHECKING:
+    from tvm.ir import IRModule
     from tvm.target import Target
 
     from convtune.tuner.graph.ingest import IngestedModel
@@ -493,6 +494,26 @@ PROFILE_COLUMNS = (
 )
 
 
+def task_precision(mod: IRModule, description: Mapping[str, Any]) -> str:
+    """What a task's kernel multiplies: its conv's plan entry says ("int8", "bf16", "fp32"),
+    else the dot-product conv block in its TIR (a QDQ classifier Gemm, made a 1×1 conv), else
+    fp32."""
+    # (imported here: the profile's children load this module without TVM)
+    from tvm.s_tir import Schedule
+
+    from convtune.schedules.ops.amx_conv import AMX_CONV_BLOCKS
+    from convtune.schedules.ops.dot_conv import FORMATS
+    from convtune.schedules.ops.nchwc import block_names
+
+    if "precision" in description:
+        return str(description["precision"])
+    names = block_names(Schedule(mod))
+    for fmt in FORMATS:
+        if fmt.block in names or AMX_CONV_BLOCKS[fmt] in names:
+            return fmt.precision
+    return "fp32"
+
+
 def _op_label(function_name: str) -> str:
     """``fused_batch_norm_relu2`` → ``batch_norm_relu``: what a non-anchor kernel computes."""
     return re.sub(r"\d+$", "", function_name.removeprefix("fused_"))
@@ -518,6 +539,7 @@ def profile_model(
     layout: Layout = DEFAULT_LAYOUT,
     winograd: dict[int, int] | None = None,
     precision: str = "fp32",
+    dot_peaks: Mapping[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Per-layer rows of the compiled library ``so_path`` (tuned or not) of ``ingested``.
 
@@ -534,6 +556,8 @@ def profile_model(
     ``share`` = ms / total TVM ms. ``target`` must be the one ``so_path`` was built for: task
     extraction names the functions the same way the build did, and ``winograd`` must be the
     convs the build made Winograd (the manifest's ``winograd``), ``precision`` the build's.
+    ``pct_peak`` is of ``peak_gflops`` (fp32), or, for a task whose kernel multiplies int8 or
+    bf16 (:func:`task_precision`), of that precision's entry of ``dot_peaks`` where it has one.
     Each Conv/Gemm/MatMul ONNX node is in exactly one row's ``onnx_nodes``; the alternatives the
     build did not pick have no row.
     """
@@ -565,11 +589,20 @@ def profile_model(
     rows: list[dict[str, Any]] = []
     attributed: set[str] = set()
 
-    def add(layer: str, op: str, shape: str, nodes: list[str], calls: int, flops: float) -> None:
+    def add(
+        layer: str,
+        op: str,
+        shape: str,
+        nodes: list[str],
+        calls: int,
+        flops: float,
+        multiplies: str = "fp32",
+    ) -> None:
         ms = per_row.get(layer)
         known = [ort_ms[n] for n in nodes if n in ort_ms]
         attributed.update(nodes)
         gflops = flops / ms / 1e6 if ms and flops else None
+        roof = (dot_peaks or {}).get(multiplies, peak_gflops)
         rows.append(
             {
                 "layer": layer,
@@ -581,7 +614,7 @@ def profile_model(
                 "ms": ms,
                 "ort_ms": sum(known) if known else None,
                 "gflops": gflops,
-                "pct_peak": 100.0 * gflops / peak_gflops if gflops and peak_gflops else None,
+                "pct_peak": 100.0 * gflops / roof if gflops and roof else None,
                 "share": ms / total if ms is not None and total else None,
             }
         )
@@ -597,6 +630,7 @@ def profile_model(
             list(task.onnx_nodes),
             task.occurrences,
             task.flops * task.occurrences,
+            task_precision(task.mod, task.description),
         )
     for symbol in per_row.keys() - {t.name for t in tasks}:
         add(symbol, _op_label(symbol), "", [], 1, 0.0)

@@ -15,16 +15,24 @@ from convtune.db.models import TargetRow
 from convtune.db.ms_database import target_key
 from convtune.db.session import make_engine
 from convtune.service.cli_perf import perf_app
+from convtune.tuner.cpu_flags import cpu_flags
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.measure.peak import (
+    DOT_PEAKS,
     TRIAD_ELEMENTS,
     PeakResult,
     best_isa,
     measure_bandwidth,
+    measure_dot_peaks,
     measure_peak,
     quietness_warnings,
 )
-from convtune.tuner.measure.results import peak_for_threads, stored_peak
+from convtune.tuner.measure.results import (
+    dot_peaks_for_threads,
+    peak_for_threads,
+    store_peak,
+    stored_peak,
+)
 from convtune.tuner.target import make_target
 
 _NUMPY_SGEMM = """
@@ -78,6 +86,42 @@ def test_all_threads_figure():
     # the per-core rate is the best of two measurements taken around the all-threads one.
     per_core = max(result.gflops_per_core, measure_peak(1, repeats=3, seconds=0.05).gflops_all)
     assert result.gflops_all <= 1.15 * cores * per_core
+
+
+@pytest.mark.skipif("avx512_vnni" not in cpu_flags(), reason="the host CPU has no AVX-512 VNNI")
+def test_the_int8_dot_peak_beats_the_fp32_fma_peak():
+    """``vpdpbusd`` does 64 multiply-adds where an FMA does 16: on every core that has it at
+    least one a cycle, its roof is above the FMA's (4× on Zen 4, 2026-12-06; 2× on Intel cores
+    with two FMA units and VNNI on one). Best of interleaved rounds, one thread each."""
+    fma, int8 = 0.0, 0.0
+    for _ in range(3):
+        fma = max(fma, measure_peak(1, repeats=3, seconds=0.05).gflops_per_core)
+        int8 = max(int8, measure_dot_peaks(1, repeats=3, seconds=0.05)["int8"])
+    assert 1.5 * fma < int8 < 4.5 * fma, (fma, int8)
+
+
+def test_dot_peaks_follow_the_cpu_flags():
+    assert measure_dot_peaks(1, flags=set()) == {}
+    flags = cpu_flags()
+    found = measure_dot_peaks(1, repeats=1, seconds=0.01, flags=flags)
+    assert set(found) == {d.precision for d in DOT_PEAKS if d.flag in flags}
+    assert all(rate > 1.0 for rate in found.values())
+
+
+def test_dot_peaks_are_stored_and_scaled_to_threads(db_engine):
+    peak = PeakResult(
+        gflops_per_core=100.0,
+        gflops_all=190.0,
+        threads=2,
+        method="m",
+        dot_peaks={"int8": 760.0, "bf16": 380.0},
+    )
+    store_peak(db_engine, make_target(None), peak)
+    stored = stored_peak(db_engine, make_target(None))
+    assert stored is not None and stored.dot_peaks == {"int8": 760.0, "bf16": 380.0}
+    assert dot_peaks_for_threads(stored, 2) == {"int8": 760.0, "bf16": 380.0}
+    assert dot_peaks_for_threads(stored, 1) == {"int8": 380.0, "bf16": 190.0}
+    assert dot_peaks_for_threads(stored, 4) == {"int8": 760.0, "bf16": 380.0}
 
 
 def test_fallback_selection_and_user_errors():
@@ -139,6 +183,8 @@ def test_peak_cli_stores_on_this_hosts_target(db_url):
         assert stored.spread == pytest.approx(measured["spread"]) and 0 <= stored.spread < 1
         assert stored.bandwidth_gbs == pytest.approx(measured["bandwidth_gbs"])
         assert stored.bandwidth_gbs > 0
+        assert stored.dot_peaks == pytest.approx(measured["dot_peaks"])
+        assert set(stored.dot_peaks) == {d.precision for d in DOT_PEAKS if d.flag in cpu_flags()}
         # Measuring again updates the same row rather than adding a target.
         again = runner.invoke(_cli(), ["peak", "--threads", "1", "--json", "--db", db_url])
         assert again.exit_code == 0, again.output

@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from bench.qdq import quantize_qdq
 from convtune.tuner.bench import untuned_library
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.graph.extract import extract_tasks
@@ -20,9 +21,10 @@ from convtune.tuner.profile import (
     least_disturbed,
     ort_node_times,
     profile_model,
+    task_precision,
 )
 from convtune.tuner.target import make_target
-from tests.models import _vi, make_model, three_conv_cnn
+from tests.models import _vi, make_model, three_conv_cnn, to_bytes
 
 
 def _model() -> bytes:
@@ -384,3 +386,18 @@ def test_a_library_that_does_not_load_is_a_clear_error(tmp_path):
     broken.write_bytes(b"\x7fELF not really a library")
     with pytest.raises(ConvtuneError, match="profile: the TVM layers failed in its own process"):
         profile_model(ingested, broken, target=make_target(None), threads=1, peak_gflops=1.0)
+
+
+def test_each_task_is_judged_by_the_roof_of_what_it_multiplies():
+    """QDQ convs and the QDQ classifier Gemm multiply int8 (their % peak is of the vpdpbusd
+    roof when one is stored); the float model's convs and the elementwise kernels fp32."""
+    zen4 = make_target("llvm -mcpu=znver4 -num-cores=2")
+    qdq = quantize_qdq(three_conv_cnn(channels=(3, 16, 32, 32)))
+    _, tasks = extract_tasks(load_model(to_bytes(qdq)), zen4, "nchwc")
+    by_kind: dict[str, set[str]] = {}
+    for task in tasks:
+        by_kind.setdefault(task.kind, set()).add(task_precision(task.mod, task.description))
+    assert by_kind["conv"] == by_kind["gemm"] == {"int8"}
+    assert by_kind["other"] == {"fp32"}
+    _, float_tasks = extract_tasks(load_model(to_bytes(three_conv_cnn())), zen4, "nchwc")
+    assert {task_precision(t.mod, t.description) for t in float_tasks} == {"fp32"}

@@ -44,6 +44,7 @@ def store_peak(engine: Engine, target: Target, result: PeakResult) -> int:
             row.peak_spread = result.spread
             if result.bandwidth_gbs is not None:
                 row.bandwidth_gbs = result.bandwidth_gbs
+            row.dot_peaks = dict(result.dot_peaks) or None
             row.peak_measured_at = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
             try:
                 session.commit()
@@ -67,6 +68,7 @@ def stored_peak(engine: Engine, target: Target) -> PeakResult | None:
             method=_STORED_METHOD,
             spread=row.peak_spread,
             bandwidth_gbs=row.bandwidth_gbs,
+            dot_peaks={k: float(v) for k, v in (row.dot_peaks or {}).items()},
         )
 
 
@@ -79,6 +81,13 @@ def peak_for_threads(peak: PeakResult, threads: int) -> float:
     if threads >= peak.threads:
         return peak.gflops_all
     return peak.gflops_per_core * threads
+
+
+def dot_peaks_for_threads(peak: PeakResult, threads: int) -> dict[str, float]:
+    """Precision → G operations/s of its dot product on ``threads`` threads: the all-cores
+    figures, scaled down linearly for fewer threads (they are measured on all cores only)."""
+    share = min(1.0, threads / peak.threads)
+    return {precision: rate * share for precision, rate in peak.dot_peaks.items()}
 
 
 def resolve_peak(
