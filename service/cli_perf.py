@@ -82,20 +82,26 @@ def warn(message: str) -> None:
     Console(stderr=True, soft_wrap=True).print(f"[yellow]warning:[/] {message}")
 
 
-def warn_over_peak(values: list[float | None], what: str, precision: str = "fp32") -> None:
+def warn_over_peak(
+    values: list[float | None], what: str, precision: str = "fp32", dot_roof: bool = False
+) -> None:
     """% of peak above 100 means the stored peak was measured low (under load), not magic; or,
-    for an artifact whose convs multiply int8 or bf16 (``precision``), that they beat the peak
-    the percentages are of: the fp32 FMA's where no dot-product peak was stored, or the
-    dot-product instruction's for kernels on AMX tiles."""
+    for an artifact whose convs multiply int8 or bf16 (``precision``), that they beat the fp32
+    FMA peak the percentages are of, as they should; or, judged by the stored dot-product roof
+    of their precision (``dot_roof``), that they run on AMX tiles, or that roof read low."""
     over = [v for v in values if v is not None and v > 100.0]
     if not over:
         return
     if precision != "fp32":
+        roof = f"the {precision} dot product's" if dot_roof else "the fp32 FMA's"
+        why = (
+            "on AMX tiles they may, else the peak was measured under load"
+            if dot_roof
+            else f"this artifact's {precision} convs exceed it"
+        )
         Console(stderr=True, soft_wrap=True).print(
             f"note: {len(over)} {what} above 100% of the stored peak (up to {max(over):.0f}%): "
-            f"this artifact's {precision} convs exceed the roof they are judged by (the fp32 "
-            "FMA's without a stored dot-product peak, run `convtune peak`; AMX tiles exceed "
-            "the dot-product instruction's)"
+            f"the peak is {roof}, and {why}"
         )
         return
     warn(
@@ -433,6 +439,6 @@ def profile(
     if precision in dot_peaks:
         title += f" ({precision} layers: {dot_peaks[precision]:.0f} G op/s)"
     _console().print(profile_table(rows, title))
-    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran", precision)
+    warn_over_peak([r["pct_peak"] for r in rows], "layer(s) ran", precision, precision in dot_peaks)
     if any(r.get("disturbed") for r in rows):
         warn(f"the layers' times sum above the end-to-end time: {DISTURBED_NOTE}")

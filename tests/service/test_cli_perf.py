@@ -198,6 +198,9 @@ def test_over_peak_is_a_warning_for_fp32_and_a_note_for_int8_or_bf16(capsys):
     warn_over_peak([50.0, 180.0], "layer(s) ran", "int8")
     err = capsys.readouterr().err
     assert "warning" not in err and "int8 convs exceed it" in err
+    warn_over_peak([50.0, 120.0], "layer(s) ran", "int8", dot_roof=True)
+    err = capsys.readouterr().err
+    assert "warning" not in err and "the int8 dot product's" in err and "AMX tiles" in err
     warn_over_peak([50.0, None], "layer(s) ran")
     assert capsys.readouterr().err == ""
     qdq = {"precision": "fp32", "layout_plan": {"convs": [{"precision": "int8"}]}}
