@@ -170,20 +170,13 @@ def _context(
     return ingested, target, target_threads(target, threads or manifest_threads)
 
 
-def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str]:
-    """GFLOP/s peak for ``threads`` threads and its source (see ``resolve_peak``)."""
-    from convtune.tuner.measure.results import peak_for_threads, resolve_peak
+def _peak(engine: Engine, target: Target, threads: int) -> tuple[float, str, dict[str, float]]:
+    """GFLOP/s peak for ``threads`` threads, its source (see ``resolve_peak``) and the
+    dot-product peaks for as many threads (empty where none was stored)."""
+    from convtune.tuner.measure.results import dot_peaks_for_threads, peak_for_threads, resolve_peak
 
     found, source = resolve_peak(engine, target, threads, store=False)
-    return peak_for_threads(found, threads), source
-
-
-def _dot_peaks(engine: Engine, target: Target, threads: int) -> dict[str, float]:
-    """The stored dot-product peaks for ``threads`` threads (empty if never measured)."""
-    from convtune.tuner.measure.results import dot_peaks_for_threads, stored_peak
-
-    found = stored_peak(engine, target)
-    return dot_peaks_for_threads(found, threads) if found is not None else {}
+    return peak_for_threads(found, threads), source, dot_peaks_for_threads(found, threads)
 
 
 def _store(engine: Engine, artifact: Path | None, **results: Any) -> int | None:
@@ -333,7 +326,7 @@ def bench(
     with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
         engine = open_database(db)
-        peak_gflops, peak_source = _peak(engine, target, n_threads)
+        peak_gflops, peak_source, _ = _peak(engine, target, n_threads)
         if isolated:
             result = isolated_bench(
                 ingested,
@@ -410,8 +403,7 @@ def profile(
     with user_errors():
         ingested, target, n_threads = _context(model, artifact, threads, input_shape)
         engine = open_database(db)
-        peak_gflops, _ = _peak(engine, target, n_threads)
-        dot_peaks = _dot_peaks(engine, target, n_threads)
+        peak_gflops, _, dot_peaks = _peak(engine, target, n_threads)
         so_path = artifact or untuned_library(ingested, target, _data_dir())
         manifest = load_manifest(artifact) if artifact else {}
         rows = profile_model(

@@ -18,9 +18,8 @@ conv reads, so the int8 tensors run from conv to conv in the blocked layout
 
 Everything else keeps its QDQ form and runs in fp32, exactly as onnxruntime's reference defines
 it: convs of other shapes (depthwise, grouped, channels no block holds), s8 or per-channel
-activations,
-weights with a zero point, Gemm/MatMul. :func:`integer_convs` says how many convs became integer
-and why the others did not.
+activations, weights with a zero point, Gemm/MatMul but the batch-1 ones (:meth:`_rewrite_gemv`).
+:func:`integer_convs` says how many convs became integer and why the others did not.
 """
 
 from __future__ import annotations

@@ -212,14 +212,28 @@ def _compile(source: str, flags: list[str], prefix: str) -> ctypes.CDLL:
         return ctypes.CDLL(str(lib))
 
 
+def _loop(source: str, flags: list[str], prefix: str, symbol: str) -> Callable[[int], float]:
+    """The ``float symbol(int64_t iters)`` loop of ``source`` compiled with ``flags``."""
+    fn = getattr(_compile(source, flags, prefix), symbol)
+    fn.argtypes = [ctypes.c_int64]
+    fn.restype = ctypes.c_float
+    return fn
+
+
+def _calibrated_iters(fn: Callable[[int], float], seconds: float) -> int:
+    """Iterations of ``fn`` that take about ``seconds`` on one thread (at least a million),
+    after a first call that pages the code in and wakes the core from idle clocks."""
+    fn(10_000)
+    probe_iters = 1_000_000
+    probe = min(_run_parallel(fn, probe_iters, 1) for _ in range(3))
+    return max(probe_iters, int(probe_iters * seconds / probe))
+
+
 @functools.cache
 def _kernel(isa: str) -> Callable[[int], float]:
     flags, defines = _ISAS[isa]
     source = defines + _KERNEL_C.replace("__NACC__", str(ACCUMULATORS))
-    fn = _compile(source, flags, "peak").fma_loop
-    fn.argtypes = [ctypes.c_int64]
-    fn.restype = ctypes.c_float
-    return fn
+    return _loop(source, flags, "peak", "fma_loop")
 
 
 def _flops_per_iter(isa: str) -> int:
@@ -269,10 +283,7 @@ def measure_peak(
         raise ConvtuneError("peak: this CPU has no AVX-512")
     load = load_average()
     fn = _kernel(isa)
-    fn(10_000)  # page in, wake the core from idle clocks
-    probe_iters = 1_000_000
-    probe = min(_run_parallel(fn, probe_iters, 1) for _ in range(3))
-    iters = max(probe_iters, int(probe_iters * seconds / probe))
+    iters = _calibrated_iters(fn, seconds)
     work = _flops_per_iter(isa) * iters
 
     def times(n: int) -> list[float]:
@@ -345,10 +356,7 @@ def measure_bandwidth(threads: int, *, repeats: int = 5, elements: int = TRIAD_E
 def _dot_kernel(precision: str) -> Callable[[int], float]:
     dot = next(d for d in DOT_PEAKS if d.precision == precision)
     source = dot.defines + _DOT_KERNEL_C.replace("__NACC__", str(ACCUMULATORS))
-    fn = _compile(source, list(dot.gcc_flags), f"peak-{precision}").dot_loop
-    fn.argtypes = [ctypes.c_int64]
-    fn.restype = ctypes.c_float
-    return fn
+    return _loop(source, list(dot.gcc_flags), f"peak-{precision}", "dot_loop")
 
 
 def measure_dot_peaks(
@@ -362,10 +370,7 @@ def measure_dot_peaks(
         if dot.flag not in flags:
             continue
         fn = _dot_kernel(dot.precision)
-        fn(10_000)
-        probe_iters = 1_000_000
-        probe = min(_run_parallel(fn, probe_iters, 1) for _ in range(3))
-        iters = max(probe_iters, int(probe_iters * seconds / probe))
+        iters = _calibrated_iters(fn, seconds)
         best = min(_run_parallel(fn, iters, threads) for _ in range(repeats))
         found[dot.precision] = ACCUMULATORS * dot.ops * iters * threads / best / 1e9
     return found
