@@ -182,7 +182,7 @@ class WorkloadRow(_Row, Base):
     task_name: Mapped[str] = mapped_column(Text)
     mod_json: Mapped[str] = mapped_column(Text)
     flops: Mapped[float | None] = mapped_column(Float)
-    # Set when a search found no schedule it had not measured: the spaces (and convtune version)
+    # Set when a search found no schedule it had not measured: the spaces (and code version)
     # it searched, so a later job with the same spaces does not search it again.
     exhausted_key: Mapped[str | None] = mapped_column(Text, default=None)
 
@@ -351,8 +351,8 @@ class CostModelRow(_Row, Base):
     """The XGBoost cost model of one target, trained on that target's tuning records.
 
     ``model`` holds the bytes of ``XGBModel.save`` (booster and the feature groups it was trained
-    on, zlib-compressed). ``convtune_version`` is the version that trained it: any other version
-    retrains from the records instead of trusting it. ``last_record_id`` is the highest
+    on, zlib-compressed). ``convtune_version`` is the code that trained it (``code_version``: release and source
+    digest): any other code retrains from the records instead of trusting it. ``last_record_id`` is the highest
     ``tuning_records.id`` it has seen; later records are added by the next update.
     """
 

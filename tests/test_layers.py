@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
             "tuner.cpu_flags",
             "tuner.events",
             "tuner.artifact_files",
+            "tuner.code_version",
             "tuner.tables",
         ),
     ),

@@ -24,12 +24,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from convtune.tuner.code_version import code_version
 from convtune.tuner.errors import ConvtuneError
 from convtune.tuner.measure.child import load_feeds, run_child, save_feeds, tvm_process_env
 from convtune.tuner.measure.reference import openvino_runner, openvino_version, ort_session
@@ -56,7 +56,7 @@ def untuned_library(
     """The untuned TVM build of ``ingested`` for ``target``, compiled once and cached.
 
     The cache key covers the model bytes (sha256), the pinned input specs, the target, the layout
-    and the convtune version, so a different ``--input-shape``, target or compile pipeline never
+    and the code version (release and source digest), so a different ``--input-shape``, target or compile pipeline never
     reuses a stale library.
     """
     from convtune.db.ms_database import target_key
@@ -70,7 +70,7 @@ def untuned_library(
                 specs,
                 target_key(target),
                 Layout.parse(layout).value,
-                version("convtune"),
+                code_version(),
             ]
         ).encode()
     ).hexdigest()

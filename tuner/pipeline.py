@@ -8,7 +8,6 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from convtune.db.models import ArtifactRow, ModelRow, ModelWorkloadRow, Timing
 from convtune.db.ms_database import SQLDatabase
 from convtune.tuner.algorithms import choose_winograd, memory_bandwidth
 from convtune.tuner.artifact_files import MANIFEST_FORMAT, MANIFEST_NAME, file_sha256
+from convtune.tuner.code_version import code_version
 from convtune.tuner.errors import ConvtuneError, error_line
 from convtune.tuner.events import (
     BuildCancelled,
@@ -190,7 +190,7 @@ def build_key(
     libraries."""
     identity = {
         "winograd": sorted((winograd or {}).items()),
-        "convtune": version("convtune"),
+        "convtune": code_version(),
         "tvm": tvm.__version__,
         "target": str(prepared.target),
         "layout": layout.value,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import version
 
 from convtune.db.models import CURRENT_TIMING
 from convtune.db.ms_database import SQLDatabase
 from convtune.schedules.spaces.base import ScheduleSpace
+from convtune.tuner.code_version import code_version
 from convtune.tuner.search.allocation import SearchPlan
 from convtune.tuner.search.space_check import DroppedSpace
 
@@ -39,7 +39,7 @@ def exhaustion_key(spaces: Sequence[ScheduleSpace]) -> str:
     generated them (a new space or a new version may have schedules the old ones had not), and
     how trials are timed (a search that converged warm says nothing of the cold times)."""
     names = ",".join(sorted(space.name for space in spaces))
-    return f"{version('convtune')}:{CURRENT_TIMING.value}:{names}"
+    return f"{code_version()}:{CURRENT_TIMING.value}:{names}"
 
 
 class TrialBudget:

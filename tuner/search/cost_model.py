@@ -13,7 +13,7 @@ does: each record scores ``best time of its workload / its time`` (1 for the fas
   with it, and both run before the first trial of a job. Past the cap the model is retrained from
   a fresh sample instead of growing.
 - **Persistence.** One row per target in ``cost_models``: the bytes of ``XGBModel.save`` (booster
-  and feature groups), the convtune version that trained it, how many records and workloads it
+  and feature groups), the code version that trained it, how many records and workloads it
   has seen and the highest record id. ``warm`` loads it and adds the records recorded since;
   ``refresh`` does the same and saves (called after each search). A model saved by another
   version (or one that fails to load) is retrained from the records, never trusted.
@@ -27,7 +27,6 @@ import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import version
 from itertools import groupby
 from typing import Any
 
@@ -44,6 +43,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from convtune.db.models import CostModelRow, TuningRecordRow, utcnow
 from convtune.db.ms_database import SQLDatabase
 from convtune.db.session import session_factory
+from convtune.tuner.code_version import code_version
 
 # Bump when features, labels or sampling change: a saved model of another format is retrained.
 COST_MODEL_FORMAT = 1
@@ -60,8 +60,8 @@ WARMUP_SAMPLES = 16
 
 
 def trainer_version() -> str:
-    """What a saved model is checked against: the convtune version and the model format."""
-    return f"{version('convtune')}/cm{COST_MODEL_FORMAT}"
+    """What a saved model is checked against: the code version and the model format."""
+    return f"{code_version()}/cm{COST_MODEL_FORMAT}"
 
 
 def new_model(*, seed: int, threads: int) -> XGBModel:
