@@ -16,6 +16,7 @@ from convtune.schedules.spaces.matmul_regblock import (
     MatmulSpace,
     design_spaces,
     panel_counts,
+    split_counts,
 )
 from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.tuner.graph.extract import extract_tasks
@@ -114,10 +115,10 @@ def test_the_generated_designs_pass_metaschedules_postprocessors(tasks: list) ->
             assert_close(run(design.mod, args), reference)
 
 
-def _classifier(columns: int, seed: int = 0) -> onnx.ModelProto:
-    """A batch-1 fully connected layer (Gemm with ReLU) to ``columns`` outputs."""
+def _classifier(columns: int, seed: int = 0, depth: int = 256) -> onnx.ModelProto:
+    """A batch-1 fully connected layer (Gemm with ReLU) from ``depth`` to ``columns``."""
     rng = np.random.default_rng(seed)
-    weight = (rng.standard_normal((columns, 256)) * 0.1).astype(np.float32)
+    weight = (rng.standard_normal((columns, depth)) * 0.1).astype(np.float32)
     bias = (rng.standard_normal(columns) * 0.1).astype(np.float32)
     nodes = [
         helper.make_node("Gemm", ["x", "W", "b"], ["g"], transB=1),
@@ -125,7 +126,7 @@ def _classifier(columns: int, seed: int = 0) -> onnx.ModelProto:
     ]
     return models.make_model(
         nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, depth])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, columns])],
         [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(bias, "b")],
         name="classifier",
@@ -163,3 +164,36 @@ def test_column_panels_are_for_few_rows_and_bounded_accumulators() -> None:
     # 64 KB of accumulators at most: 4 rows of 18,400 columns need 4 panels or more.
     assert panel_counts(4, 18400, 16) == [8, 16]
     assert panel_counts(1, 32, 16) == [2]
+
+
+@pytest.mark.parametrize("columns", [256, 200])
+def test_a_deep_batch_one_product_gets_a_split_reduction_that_computes_the_same(
+    columns: int,
+) -> None:
+    # 1024 rows of B: two parts of 512; 200 columns padded to 208 and sliced back after the
+    # sum of the parts.
+    target = make_target(None)
+    lanes, limit = vector_lanes(target), accumulator_limit(target)
+    model = _classifier(columns, depth=1024)
+    _, found = extract_tasks(load_model(models.to_bytes(model)), target, "nchwc")
+    (task,) = [t for t in found if MatmulSpace().applies_to(t.mod)]
+    args = random_args(task.mod)
+    reference = run(task.mod, args)
+    assert split_counts(1, -(-columns // lanes) * lanes, 1024) == [2]
+    split_designs = 0
+    for seed in (1, 2):
+        for sch in design_spaces(s_tir.Schedule(task.mod, seed=seed), lanes, limit):
+            assert_close(run(sch.mod, args), reference)
+            split_designs += "rfactor" in str(sch.trace)
+    assert split_designs == 2
+    for design in postprocessed_designs(MatmulSpace(), task.mod, target):
+        assert_close(run(design.mod, args), reference)
+
+
+def test_the_reduction_is_split_for_few_rows_deep_reductions_and_bounded_partials() -> None:
+    assert split_counts(1, 4096, 18432) == [2, 4, 8]  # ZFNet's first fully connected layer
+    assert split_counts(1, 4096, 4096) == [2, 4, 8]  # each part 512 rows of B at least
+    assert split_counts(1, 1008, 1024) == [2]
+    assert split_counts(1, 1008, 544) == []  # ShuffleNet's classifier: too shallow to split
+    assert split_counts(5, 4096, 18432) == []  # more rows than a batch-1 product
+    assert split_counts(1, 32768, 18432) == []  # partial rows over 64 KB
