@@ -351,9 +351,10 @@ class CostModelRow(_Row, Base):
     """The XGBoost cost model of one target, trained on that target's tuning records.
 
     ``model`` holds the bytes of ``XGBModel.save`` (booster and the feature groups it was trained
-    on, zlib-compressed). ``convtune_version`` is the code that trained it (``code_version``: release and source
-    digest): any other code retrains from the records instead of trusting it. ``last_record_id`` is the highest
-    ``tuning_records.id`` it has seen; later records are added by the next update.
+    on, zlib-compressed). ``convtune_version`` is the code that trained it (``code_version``:
+    release and source digest): any other code retrains from the records instead of trusting it.
+    ``last_record_id`` is the highest ``tuning_records.id`` it has seen; later records are added
+    by the next update.
     """
 
     __tablename__ = "cost_models"

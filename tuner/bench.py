@@ -56,8 +56,8 @@ def untuned_library(
     """The untuned TVM build of ``ingested`` for ``target``, compiled once and cached.
 
     The cache key covers the model bytes (sha256), the pinned input specs, the target, the layout
-    and the code version (release and source digest), so a different ``--input-shape``, target or compile pipeline never
-    reuses a stale library.
+    and the code version (release and source digest), so a different ``--input-shape``, target or
+    compile pipeline never reuses a stale library.
     """
     from convtune.db.ms_database import target_key
     from convtune.tuner.library import compile_untuned
