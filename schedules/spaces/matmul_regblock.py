@@ -137,15 +137,15 @@ def _ends_with(region: list, outer: object, inner: object) -> bool:
     )
 
 
-def _extents(mod: IRModule) -> tuple[int, int] | None:
-    """The output rows (batch axes included) and columns of the task's matmul block; None if
-    it has none."""
+def _extents(mod: IRModule) -> tuple[int, int, int] | None:
+    """The output rows (batch axes included), columns and reduction depth (``k``) of the task's
+    matmul block; None if it has none."""
     sch = Schedule(mod)
     found = matmul_block(sch)
     if found is None:
         return None
-    *rows, columns, _ = (int(iv.dom.extent) for iv in sch.get(found[0]).iter_vars)
-    return math.prod(rows), columns
+    *rows, columns, depth = (int(iv.dom.extent) for iv in sch.get(found[0]).iter_vars)
+    return math.prod(rows), columns, depth
 
 
 def _columns(mod: IRModule) -> int | None:
@@ -237,14 +237,6 @@ def schedule_column_panels(sch: Schedule, lanes: int, counts: list[int]) -> None
     _epilogue_and_init(sch, matmul, output, panel, k, lanes)
 
 
-def _depth(mod: IRModule) -> int:
-    """The reduction's extent (``k``) of the task's matmul block."""
-    sch = Schedule(mod)
-    found = matmul_block(sch)
-    assert found is not None, "the space applies to MatMul tasks only"
-    return int(sch.get(found[0]).iter_vars[-1].dom.extent)
-
-
 def split_counts(rows: int, columns: int, depth: int) -> list[int]:
     """The part counts of :data:`SPLIT_COUNTS` for a product of ``rows`` × ``columns`` over
     ``depth``: for few rows (:data:`PANEL_ROWS`) and a deep reduction (:data:`MIN_SPLIT_DEPTH`
@@ -286,7 +278,7 @@ def design_spaces(sch: Schedule, lanes: int, max_block: int) -> list[Schedule]:
     extents = _extents(sch.mod)
     width = None if extents is None else vector_width(extents[1], lanes)
     assert extents is not None and width is not None, "the space applies to MatMul tasks only"
-    rows, columns = extents
+    rows, columns, depth = extents
     vectors = [v for v in COLUMN_VECTORS if (columns // width) % v == 0]
     spaces = design_copies(sch, vectors, lambda copy, v: schedule_matmul(copy, v, width, max_block))
     counts = panel_counts(rows, columns, width)
@@ -294,7 +286,7 @@ def design_spaces(sch: Schedule, lanes: int, max_block: int) -> list[Schedule]:
         spaces += design_copies(
             sch, [counts], lambda copy, c: schedule_column_panels(copy, width, c)
         )
-    parts = split_counts(rows, columns, _depth(sch.mod))
+    parts = split_counts(rows, columns, depth)
     if parts:
         spaces += design_copies(
             sch, [parts], lambda copy, p: schedule_split_reduction(copy, width, p)
