@@ -310,7 +310,7 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
     """``<date>-<model>.json`` (everything) and ``.md`` (the tables); returns the .md path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"{report['date']}-{name}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    pathlib.Path(f"{stem}.json").write_text(json.dumps(report, indent=1))
     tuning, peak, bench = report["tuning"], report["peak"], report["bench"]
     md = [
         f"# {name}: convtune vs untuned TVM, onnxruntime and OpenVINO ({report['date']})",
@@ -358,7 +358,7 @@ def write_report(name: str, report: dict[str, Any], out_dir: pathlib.Path) -> pa
             *curve_markdown(curve),
             "",
         ]
-    path = stem.with_suffix(".md")
+    path = pathlib.Path(f"{stem}.md")
     path.write_text("\n".join(md))
     return path
 
