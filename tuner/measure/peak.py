@@ -17,10 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import pathlib
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +25,7 @@ from typing import Any
 
 from convtune.tuner.cpu_flags import cpu_flags
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure.native import compile_c
 
 ACCUMULATORS = 12
 
@@ -197,24 +194,9 @@ def best_isa(flags: set[str] | None = None) -> str:
     raise ConvtuneError("peak: this CPU has neither AVX-512 nor AVX2+FMA")
 
 
-def _compile(source: str, flags: list[str], prefix: str) -> ctypes.CDLL:
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise ConvtuneError(f"{prefix}: no C compiler (gcc) found on PATH")
-    with tempfile.TemporaryDirectory(prefix=f"convtune-{prefix}-") as tmp:
-        src, lib = pathlib.Path(tmp, "kernel.c"), pathlib.Path(tmp, "libkernel.so")
-        src.write_text(source)
-        cmd = [gcc, "-O2", *flags, "-shared", "-fPIC", "-o", str(lib), str(src)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise ConvtuneError(f"{prefix}: gcc failed: {proc.stderr.strip().splitlines()[-1]}")
-        # Once loaded the mapping survives the file's removal with the temp dir.
-        return ctypes.CDLL(str(lib))
-
-
 def _loop(source: str, flags: list[str], prefix: str, symbol: str) -> Callable[[int], float]:
     """The ``float symbol(int64_t iters)`` loop of ``source`` compiled with ``flags``."""
-    fn = getattr(_compile(source, flags, prefix), symbol)
+    fn = getattr(compile_c(source, flags, prefix), symbol)
     fn.argtypes = [ctypes.c_int64]
     fn.restype = ctypes.c_float
     return fn
@@ -324,7 +306,7 @@ TRIAD_ELEMENTS = 16 * 1024 * 1024
 
 @functools.cache
 def _triad() -> Callable[..., None]:
-    fn = _compile(_TRIAD_C, ["-march=native"], "bandwidth").triad
+    fn = compile_c(_TRIAD_C, ["-march=native"], "bandwidth").triad
     ptr = ctypes.POINTER(ctypes.c_float)
     fn.argtypes = [ptr, ptr, ptr, ctypes.c_int64, ctypes.c_float, ctypes.c_int]
     fn.restype = None

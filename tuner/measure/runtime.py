@@ -7,7 +7,9 @@ size; ``convtune.tuner`` starts it with every logical CPU (see its ``__init__``)
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,13 +26,24 @@ from tvm import relax
 
 from convtune.tuner.artifact_files import MANIFEST_NAME
 from convtune.tuner.errors import ConvtuneError
+from convtune.tuner.measure import parallel_launch
 
+_log = logging.getLogger(__name__)
 _BIG_CORES = 1  # config_threadpool mode: the "big" cores, i.e. all of them on a symmetric CPU
 
 
 def set_threads(threads: int) -> int:
-    """Make TVM kernels of this process use ``threads`` threads; returns the count in effect."""
+    """Make TVM kernels of this process use ``threads`` threads (in TVM's pool and in the
+    work-sharing launch of our artifacts); returns the count in effect."""
     tvm_ffi.get_global_func("runtime.config_threadpool")(_BIG_CORES, threads)
+    count = _num_threads()
+    if parallel_launch.enabled():
+        with contextlib.suppress(ConvtuneError):  # no gcc: load_library says so
+            parallel_launch.set_threads(count)
+    return count
+
+
+def _num_threads() -> int:
     return int(tvm_ffi.get_global_func("runtime.NumThreads")())
 
 
@@ -48,11 +61,21 @@ def load_library(so_path: Path) -> tvm.runtime.Module:
     stat = os.stat(path)
     identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
     if _LOADED.setdefault(path, identity) == identity:
-        return tvm.runtime.load_module(path)
+        return _with_parallel_launch(tvm.runtime.load_module(path), Path(path))
     with tempfile.TemporaryDirectory(prefix="convtune-library-") as scratch:
         copy = Path(scratch) / so_path.name
         shutil.copyfile(path, copy)
-        return tvm.runtime.load_module(str(copy))  # the mapping outlives the file
+        # The mapping outlives the file; the launch is installed while the path still names it.
+        return _with_parallel_launch(tvm.runtime.load_module(str(copy)), copy)
+
+
+def _with_parallel_launch(module: tvm.runtime.Module, path: Path) -> tvm.runtime.Module:
+    """``module`` (loaded from ``path``) with :mod:`parallel_launch`'s work-sharing launch,
+    or TVM's pool and a one-line warning saying why not."""
+    why_not = parallel_launch.install(path, _num_threads())
+    if why_not is not None and parallel_launch.enabled():
+        _log.warning("%s: %s", path.name, why_not)
+    return module
 
 
 def manifest_path(so_path: Path) -> Path | None:
