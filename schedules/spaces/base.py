@@ -46,6 +46,11 @@ class ScheduleSpace(ABC):
     def generator(self, target: Target) -> SpaceGenerator:
         """MetaSchedule's space generator for this space on ``target``."""
 
+    def seeds_first(self, mod: IRModule) -> bool:
+        """Whether this space's seed pass on task ``mod`` comes before the other spaces' (in
+        registry order otherwise): a time budget can end after the first seed round."""
+        return False
+
     def available(self, target: Target) -> bool:
         """Whether ``target``'s CPU can run this space's kernels at all (an instruction set
         extension it needs); a space that is not never sees a task there."""

@@ -116,5 +116,12 @@ class RegisterBlock2DConvSpace(ScheduleSpace):
             and epilogue_fuses(mod)
         )
 
+    def seeds_first(self, mod: IRModule) -> bool:
+        """1×1 convs: the 1-D block feeds one FMA per broadcast there, and a short search that
+        seeds it first may never reach this space (rapidocr_v6_rec_small, Zen 3, 3 minutes: its
+        big 1×1 convs got 6 trials each, all 1-D, at 48-57% of the 2-thread peak)."""
+        extents = conv_extents(mod)
+        return extents is not None and extents["kh"] == extents["kw"] == 1
+
     def generator(self, target: Target) -> SpaceGenerator:
         return register_block_space(design_spaces, target)

@@ -82,15 +82,19 @@ def seed_rounds(
 ) -> list[dict[int, ScheduleSpace]]:
     """The seed passes to run: round k maps each task index of ``active`` (in its order) to the
     k-th space of ``spaces_of[i]`` with ``seed_trials`` that applies to it and has no trial of it
-    yet (a task resumed or tuned before already had that seed pass)."""
+    yet (a task resumed or tuned before already had that seed pass); spaces that seed first on
+    the task (``ScheduleSpace.seeds_first``) come before the others."""
     pending = {
-        i: [
-            space
-            for space in spaces_of[i]
-            if space.seed_trials > 0
-            and space.applies_to(plan.tasks[i].mod)
-            and database.records.count_trials(plan.workload_ids[i], space.name) == 0
-        ]
+        i: sorted(
+            (
+                space
+                for space in spaces_of[i]
+                if space.seed_trials > 0
+                and space.applies_to(plan.tasks[i].mod)
+                and database.records.count_trials(plan.workload_ids[i], space.name) == 0
+            ),
+            key=lambda space, mod=plan.tasks[i].mod: not space.seeds_first(mod),
+        )
         for i in active
     }
     depth = max((len(todo) for todo in pending.values()), default=0)
