@@ -54,7 +54,7 @@ def test_a_mean_over_160x160_is_one_rounding_from_the_exact_mean(tmp_path: Path)
     """Summed in order in fp32 (the old build, and numpy's sequential cumsum) the mean of 25,600
     values in [1, 2) is ~5e-6 off relative; accumulated in fp64 it is one fp32 rounding off."""
     ingested = load_model(models.to_bytes(models.global_avgpool_model(size=160, channels=16)))
-    so = compile_untuned(ingested, make_target("llvm -mcpu=znver4 -num-cores=2"), tmp_path)
+    so = compile_untuned(ingested, make_target(None), tmp_path)  # runs here: the host's ISA
     x = (1 + np.random.default_rng(0).random((1, 16, 160, 160))).astype(np.float32)
     (got,) = Artifact.load(so, ["x"]).run({"x": x})
     exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
