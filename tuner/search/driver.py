@@ -84,19 +84,19 @@ def seed_rounds(
     k-th space of ``spaces_of[i]`` with ``seed_trials`` that applies to it and has no trial of it
     yet (a task resumed or tuned before already had that seed pass); spaces that seed first on
     the task (``ScheduleSpace.seeds_first``) come before the others."""
-    pending = {
-        i: sorted(
-            (
-                space
-                for space in spaces_of[i]
-                if space.seed_trials > 0
-                and space.applies_to(plan.tasks[i].mod)
-                and database.records.count_trials(plan.workload_ids[i], space.name) == 0
-            ),
-            key=lambda space, mod=plan.tasks[i].mod: not space.seeds_first(mod),
-        )
-        for i in active
-    }
+
+    def seeds_of(i: int) -> list[ScheduleSpace]:
+        mod = plan.tasks[i].mod
+        todo = [
+            space
+            for space in spaces_of[i]
+            if space.seed_trials > 0
+            and space.applies_to(mod)
+            and database.records.count_trials(plan.workload_ids[i], space.name) == 0
+        ]
+        return sorted(todo, key=lambda space: not space.seeds_first(mod))
+
+    pending = {i: seeds_of(i) for i in active}
     depth = max((len(todo) for todo in pending.values()), default=0)
     return [{i: todo[k] for i, todo in pending.items() if k < len(todo)} for k in range(depth)]
 
