@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from tvm.target import Target
 
+from convtune.schedules.ops.winograd_conv import weight_itemsize
 from convtune.tuner.graph.extract import ModelTask
 
 #: fp32 bytes.
-_BYTES = 4
+FP32_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -40,27 +41,35 @@ class Candidate:
         return max(self.measured_ms, self.weight_bytes / (bandwidth_gbs * 1e6))
 
 
-def weight_bytes(task: ModelTask) -> int:
-    """Bytes of the conv's weights as the task reads them: CO·CI·3·3, or CO·CI·α² transformed."""
+def weight_bytes(task: ModelTask, itemsize: int = FP32_BYTES) -> int:
+    """Bytes of the conv's weights as the task reads them: CO·CI·3·3, or CO·CI·α² transformed,
+    of ``itemsize`` bytes each."""
     co, ci, kh, kw = task.description["weight"]
     taps = (task.winograd_tile + 2) ** 2 if task.winograd_tile else kh * kw
-    return int(co * ci * taps * _BYTES)
+    return int(co * ci * taps * itemsize)
 
 
 def choose_winograd(
     tasks: Sequence[ModelTask], best_ms: Mapping[str, float | None], bandwidth_gbs: float
 ) -> dict[int, int]:
     """Conv index → Winograd tile for every conv whose best Winograd kernel beats its direct one
-    (``best_ms`` by task ``shash``; a task never measured is no candidate)."""
-    alternatives = {conv for task in tasks if task.winograd_tile for conv in task.convs}
+    (``best_ms`` by task ``shash``; a task never measured is no candidate). A conv's weights
+    are of the element size its Winograd kernels read (2 bytes for ``--precision bf16``), the
+    direct kernel's precision too."""
+    itemsize = {
+        conv: weight_itemsize(task.mod)
+        for task in tasks
+        if task.winograd_tile
+        for conv in task.convs
+    }
     candidates: dict[int, list[Candidate]] = {}
     for task in tasks:
         measured = best_ms.get(task.shash)
         if measured is None:
             continue
-        for conv in alternatives.intersection(task.convs):
+        for conv in itemsize.keys() & set(task.convs):
             candidates.setdefault(conv, []).append(
-                Candidate(task.winograd_tile, measured, weight_bytes(task))
+                Candidate(task.winograd_tile, measured, weight_bytes(task, itemsize[conv]))
             )
     chosen = {}
     for conv, options in candidates.items():

@@ -51,9 +51,13 @@ def applies(kernel: Sequence[int], strides: Any, dilation: Any, groups: int) -> 
 
 #: Measured bound on max|Winograd − direct| / max|direct| for fp32 with ResNet-like data (He
 #: weights, unit-normal activations): the tile's transforms scale rounding by their coefficients.
-_ERROR_BOUND = {2: 1e-5, 4: 1e-4}
+#: For bf16 (``V`` and ``U`` rounded to bf16, sums in fp32) against the direct conv of the same
+#: bf16 inputs, a numpy simulation (64→32 channels, 16×16, He weights) gave 0.50% for F(2×2)
+#: and 2.3% for F(4×4), where the bf16 direct conv is 0.23% off the fp32 one: the inverse
+#: transform's coefficients (up to 8 in F(4×4)) scale the rounding of each product.
+_ERROR_BOUND = {"fp32": {2: 1e-5, 4: 1e-4}, "bf16": {2: 1e-2, 4: 4e-2}}
 
 
-def atol(tile: int) -> float:
+def atol(tile: int, precision: str = "fp32") -> float:
     """Tolerance of F(tile×tile,3×3) against the direct conv, relative to max|output|."""
-    return _ERROR_BOUND[tile]
+    return _ERROR_BOUND[precision][tile]

@@ -13,6 +13,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
 from ..ops.annotations import mark_space, sample_weight_prefetch
+from ..ops.bf16_dot import BF16_LOCAL_INTRIN
 from ..ops.epilogue import fusable, inline_into_last
 from ..ops.epilogue import reads_once as epilogue_reads_once
 from ..ops.nchwc import (
@@ -66,26 +67,28 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
     blocks = sch.get_child_blocks(root)
     names = [sch.get(b).name_hint for b in blocks]
     gemm = blocks[names.index(GEMM_BLOCK)]
+    tile = tile_of(sch, gemm)
     mark_space(sch, gemm, SPACE_NAME)
     if sketch.inline_pad:
         sch.compute_inline(blocks[names.index(PAD_BLOCK)])
     else:
         parallel_vectorize(sch, blocks[names.index(PAD_BLOCK)])
 
-    eps, nu, co, p, cb, rc = sch.get_loops(gemm)
+    # A bf16 GEMM reduces pairs of input channels per lane (``rc_lane``, the dot intrinsic's).
+    eps, nu, co, p, cb, rc, *lane = sch.get_loops(gemm)
     chunks = sketch.chunks
     co_outer, co_inner = sch.split(co, [None, chunks])
     rows = sch.sample_perfect_tile(p, n=2, max_innermost_factor=max(1, max_block // chunks))
     p_outer, p_inner = sch.split(p, rows)
     pack = blocks[names.index(PACK_BLOCK)]
     if sketch.tile_parallel:
-        sch.reorder(p_outer, eps, nu, co_outer, rc, p_inner, co_inner, cb)
+        sch.reorder(p_outer, eps, nu, co_outer, rc, p_inner, co_inner, cb, *lane)
         sch.parallel(p_outer)
         sch.compute_at(pack, p_outer, preserve_unit_loops=True)
         block_loop = co_outer
     else:
         # Threads split (ε, ν, output channels): the weights each reads are its own.
-        sch.reorder(eps, nu, co_outer, p_outer, rc, p_inner, co_inner, cb)
+        sch.reorder(eps, nu, co_outer, p_outer, rc, p_inner, co_inner, cb, *lane)
         sch.parallel(sch.fuse(eps, nu, co_outer))
         block_loop = p_outer
     # U streams from memory (9.4 MB a layer at 256×14×14 F(4×4)): its lines ``distance`` input
@@ -95,8 +98,13 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
     accumulate_locally(sch, gemm, block_loop)
     sch.unroll(p_inner)
     sch.unroll(co_inner)
-    sch.vectorize(cb)
-    sch.decompose_reduction(gemm, rc)
+    if lane:
+        init = sch.decompose_reduction(gemm, rc)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.tensorize(sch.get_loops(gemm)[-2], BF16_LOCAL_INTRIN)
+    else:
+        sch.vectorize(cb)
+        sch.decompose_reduction(gemm, rc)
 
     # The data pack per (tile, input-channel block): rows then columns, both unrolled, the
     # row pass's α² vectors a local buffer LLVM keeps in registers.
@@ -115,7 +123,6 @@ def schedule_winograd(sch: Schedule, max_block: int, sketch: Sketch = Sketch()) 
     tail = fuse_epilogue(sch, inverse, blocks[names.index(INVERSE_BLOCK) + 1 :])
     inverse = sch.get_sblock(INVERSE_BLOCK)
     n, co, h, w, cb = sch.get_loops(inverse)
-    tile = tile_of(sch, gemm)
     h_outer, h_inner = sch.split(h, [None, tile])
     w_outer, w_inner = sch.split(w, [None, tile])
     sch.reorder(n, co, h_outer, w_outer, h_inner, w_inner, cb)

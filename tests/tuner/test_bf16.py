@@ -10,17 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tvm.s_tir import meta_schedule as ms
 
 from convtune.schedules.ops.isa import has_amx_bf16, has_bf16
+from convtune.schedules.ops.winograd_conv import weight_itemsize
 from convtune.schedules.spaces.amx_conv import Bf16AmxConvSpace
 from convtune.schedules.spaces.bf16_dot import SPACE_NAME
+from convtune.tuner.algorithms import weight_bytes
 from convtune.tuner.graph.bf16 import round_to_bf16
-from convtune.tuner.graph.extract import extract_tasks, to_relax
+from convtune.tuner.graph.extract import extract_tasks, model_for_target, to_relax
 from convtune.tuner.graph.ingest import load_model
-from convtune.tuner.library import compile_untuned
+from convtune.tuner.library import build_library, compile_untuned
 from convtune.tuner.measure.runtime import Artifact
 from convtune.tuner.measure.verify import ATOL, BF16_RTOL, RTOL, compare
-from convtune.tuner.options import Precision, TuneOptions
+from convtune.tuner.options import Algorithm, Precision, TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
 from tests import models
@@ -130,3 +133,54 @@ def test_a_tuned_bf16_job_is_verified_and_says_its_precision(sqlite_engine, tmp_
     expected = Bf16AmxConvSpace.name if has_amx_bf16(make_target(None)) else SPACE_NAME
     assert expected in spaces, manifest["layers"]
     assert result.so_path.is_file()
+
+
+def _three_by_three(seed: int = 2):
+    """One 32 → 64 3×3 stride-1 conv + ReLU: a bf16 conv Winograd may compute."""
+    return models.conv_net(in_channels=32, out_channels=64, size=12, seed=seed)
+
+
+def test_a_bf16_3x3_conv_gets_a_bf16_winograd_f2_task_only() -> None:
+    """F(2×2) only (conv_kinds/winograd.py: F(4×4)'s rounding in bf16), its transformed weights
+    bf16 (2 bytes each, what the build's bandwidth bound counts)."""
+    ingested = load_model(models.to_bytes(_three_by_three()))
+    relax_model, tasks = extract_tasks(
+        ingested, make_target(ZEN4), "nchwc", tuple(Algorithm), precision="bf16"
+    )
+    assert relax_model.plan is not None
+    (conv,) = relax_model.plan.convs
+    assert conv.precision == "bf16" and conv.winograd_eligible
+    assert conv.winograd_tile_sizes == (2,)
+    (winograd,) = [t for t in tasks if t.winograd_tile]
+    assert winograd.winograd_tile == 2 and winograd.convs == [0]
+    assert weight_itemsize(winograd.mod) == 2
+    assert weight_bytes(winograd, 2) == 64 * 32 * 16 * 2
+    # The fp32 build of the same model offers both tiles, fp32 weights.
+    _, fp32_tasks = extract_tasks(ingested, make_target(ZEN4), "nchwc", tuple(Algorithm))
+    fp32 = [t for t in fp32_tasks if t.winograd_tile]
+    assert sorted(t.winograd_tile for t in fp32) == [2, 4]
+    assert {weight_itemsize(t.mod) for t in fp32} == {4}
+
+
+@needs_bf16
+def test_a_bf16_winograd_build_matches_onnxruntime(tmp_path: Path) -> None:
+    """The model built with its conv as bf16 Winograd F(2×2) (unscheduled, no record) is within
+    the bf16 tolerance of onnxruntime's fp32, and not the direct bf16 kernel's arithmetic."""
+    model = _three_by_three()
+    ingested = load_model(models.to_bytes(model))
+    target = make_target(None)
+    relax_model = model_for_target(ingested, target, "nchwc", {0: 2}, Precision.BF16)
+    assert relax_model.plan is not None
+    assert relax_model.plan.convs[0].algorithm == "winograd F(2x2,3x3)"
+    so_path = build_library(
+        relax_model, ms.database.MemoryDatabase(), target, tmp_path, default_schedules=False
+    )
+    feeds = models.random_inputs(model, seed=3)
+    (ours,) = Artifact.load(so_path, [s.name for s in ingested.inputs]).run(feeds)
+    (fp32,) = models.run_onnxruntime(model, feeds)
+    rounded = models.with_conv_weights(model, round_to_bf16)
+    (direct,) = models.run_onnxruntime(rounded, {k: round_to_bf16(v) for k, v in feeds.items()})
+    scale = float(np.abs(fp32).max())
+    to_direct = float(np.abs(ours - direct).max()) / scale
+    to_fp32 = float(np.abs(ours - fp32).max()) / scale
+    assert to_direct > 1e-5 and to_fp32 < BF16_RTOL / 3, (to_direct, to_fp32)

@@ -518,8 +518,10 @@ def extract_tasks(
         why = f"layers not linked to ONNX nodes (names, shapes left out): {error_line(exc)}"
         relax_model = replace(relax_model, fallbacks=(*relax_model.fallbacks, why))
     if Algorithm.WINOGRAD in algorithms and relax_model.plan and not relax_model.plan.fallback:
-        eligible = [c.index for c in relax_model.plan.convs if c.winograd_eligible]
-        for tile in TILE_SIZES if eligible else ():
+        for tile in TILE_SIZES:
+            eligible = [c.index for c in relax_model.plan.convs if tile in c.winograd_tile_sizes]
+            if not eligible:
+                continue
             try:
                 tasks += _winograd_tasks(ingested, target, layout, tasks, eligible, tile, precision)
             except Exception as exc:  # the direct kernels stand; say why there is no choice

@@ -140,8 +140,9 @@ class ConvLayout:
     reason: str = ""
     #: Its kernel's (height, width), () where the weight's shape is not static.
     kernel: tuple[int, ...] = ()
-    #: A dense blocked 3×3 stride-1 conv that may run as Winograd (conv_kinds/winograd.py).
-    winograd_eligible: bool = False
+    #: The Winograd output tiles m of F(m×m, 3×3) it may run as (conv_kinds/winograd.py: a
+    #: blocked 3×3 stride-1 conv; fp32 F(2×2) and F(4×4), bf16 F(2×2)); () where none.
+    winograd_tile_sizes: tuple[int, ...] = ()
     #: Its Winograd output tile m of F(m×m, 3×3), or 0 where it runs the direct convolution.
     winograd_tile: int = 0
     #: The output channels its kernel computes: more than ``out_channels`` where zero filters
@@ -159,6 +160,10 @@ class ConvLayout:
     @property
     def blocked(self) -> bool:
         return self.layout != "NCHW"
+
+    @property
+    def winograd_eligible(self) -> bool:
+        return bool(self.winograd_tile_sizes)
 
     @property
     def algorithm(self) -> str:
@@ -618,10 +623,10 @@ class _BlockingMutator(PyExprMutator):
         if kind is not None and site is not None:
             for variant in variants_of(kind):
                 if variant.decide(site) is not None:
-                    entry.winograd_eligible = True
-                    entry.winograd_tile = self.plan.winograd_tiles.get(index, 0)
-                    if entry.winograd_tile:
-                        kind = variant
+                    entry.winograd_tile_sizes = variant.tiles
+                    tile = self.plan.winograd_tiles.get(index, 0)
+                    if tile in variant.tiles:
+                        entry.winograd_tile, kind = tile, variant
         if kind is None or site is None:
             entry.reason = reason
             return None

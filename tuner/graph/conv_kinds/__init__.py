@@ -12,7 +12,7 @@ from .depthwise import DepthwiseKind
 from .dot import Bf16Kind, Bf16StemKind, Int8Kind, Int8StemKind, dot_refusal, rewrite_refusal
 from .padded_out import PaddedOutputKind, PaddedStemKind, PaddedWideKind
 from .stem import StemKind
-from .winograd import WinogradKind
+from .winograd import Bf16WinogradKind, WinogradKind
 
 #: Base kinds are asked in this order (the first that answers decides; dense, the catch-all,
 #: last); variants are asked after their base kind decided to block a conv.
@@ -25,6 +25,7 @@ CONV_KINDS: tuple[ConvKind, ...] = (
     Bf16AmxStemKind(),
     Bf16StemKind(),
     Bf16Kind(),
+    Bf16WinogradKind(),
     DepthwiseKind(),
     StemKind(),
     WinogradKind(),

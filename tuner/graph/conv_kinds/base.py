@@ -84,6 +84,8 @@ class ConvKind(ABC):
     writes_blocked: ClassVar[bool] = True
     #: The base kind this one is an alternative algorithm of (None: a base kind).
     variant_of: ClassVar[str | None] = None
+    #: For a variant: the output tiles of the algorithm it offers (Winograd's F(m×m) sizes).
+    tiles: ClassVar[tuple[int, ...]] = ()
 
     @abstractmethod
     def decide(self, site: ConvSite) -> Decision | None:
