@@ -106,15 +106,21 @@ def test_an_untuned_bf16_build_computes_in_bf16(tmp_path: Path, in_channels: int
     model = models.conv_net(in_channels=in_channels, out_channels=64, size=12, seed=2)
     ingested = load_model(models.to_bytes(model))
     so_path = compile_untuned(ingested, make_target(None), tmp_path, precision=Precision.BF16)
+    to_bf16_model, to_fp32_model = _errors(model, ingested, so_path)
+    assert to_bf16_model < 1e-5 < to_fp32_model < BF16_RTOL, (to_bf16_model, to_fp32_model)
+
+
+def _errors(model, ingested, so_path: Path) -> tuple[float, float]:
+    """max|ours − reference| / max|fp32 output| against two onnxruntime references: the model
+    with its conv inputs and weights rounded to bf16 (the direct bf16 arithmetic), and the fp32
+    model."""
     feeds = models.random_inputs(model, seed=3)
     (ours,) = Artifact.load(so_path, [s.name for s in ingested.inputs]).run(feeds)
     (fp32,) = models.run_onnxruntime(model, feeds)
     rounded = models.with_conv_weights(model, round_to_bf16)
     (bf16,) = models.run_onnxruntime(rounded, {k: round_to_bf16(v) for k, v in feeds.items()})
     scale = float(np.abs(fp32).max())
-    to_bf16_model = float(np.abs(ours - bf16).max()) / scale
-    to_fp32_model = float(np.abs(ours - fp32).max()) / scale
-    assert to_bf16_model < 1e-5 < to_fp32_model < BF16_RTOL, (to_bf16_model, to_fp32_model)
+    return float(np.abs(ours - bf16).max()) / scale, float(np.abs(ours - fp32).max()) / scale
 
 
 @needs_bf16
@@ -175,12 +181,5 @@ def test_a_bf16_winograd_build_matches_onnxruntime(tmp_path: Path) -> None:
     so_path = build_library(
         relax_model, ms.database.MemoryDatabase(), target, tmp_path, default_schedules=False
     )
-    feeds = models.random_inputs(model, seed=3)
-    (ours,) = Artifact.load(so_path, [s.name for s in ingested.inputs]).run(feeds)
-    (fp32,) = models.run_onnxruntime(model, feeds)
-    rounded = models.with_conv_weights(model, round_to_bf16)
-    (direct,) = models.run_onnxruntime(rounded, {k: round_to_bf16(v) for k, v in feeds.items()})
-    scale = float(np.abs(fp32).max())
-    to_direct = float(np.abs(ours - direct).max()) / scale
-    to_fp32 = float(np.abs(ours - fp32).max()) / scale
+    to_direct, to_fp32 = _errors(model, ingested, so_path)
     assert to_direct > 1e-5 and to_fp32 < BF16_RTOL / 3, (to_direct, to_fp32)
