@@ -103,26 +103,22 @@ def conv2d_winograd_nchwc(
         name=PAD_BLOCK,
     )
 
-    # The transforms add and scale in fp32 (bf16 data is widened as it is read, ``V`` rounded
-    # to bf16 as it is stored); fp32 data is read as it is, with no cast in its compute.
-    def widened(value: Any) -> Any:
-        return value if data.dtype == "float32" else value.astype("float32")
-
-    def narrowed(value: Any) -> Any:
-        return value if data.dtype == "float32" else value.astype(str(data.dtype))
-
+    # The transforms add and scale in fp32: bf16 data is widened as it is read and ``V`` rounded
+    # to bf16 as it is stored (for fp32 data ``astype`` returns the value itself: no cast).
     def pack_rows(eps: Any, col: Any, p: Any, c: Any, ci: Any) -> Any:
         n, y, x = p // (tiles_h * tiles_w), p // tiles_w % tiles_h, p % tiles_w
         return _transform(
-            eps, b_mat, lambda row: widened(padded[n, c, y * tile + row, x * tile + col, ci])
+            eps,
+            b_mat,
+            lambda row: padded[n, c, y * tile + row, x * tile + col, ci].astype("float32"),
         )
 
     rows = te.compute((alpha, alpha, tiles, ci_chunks, ci_block), pack_rows, name=PACK_ROWS_BLOCK)
     packed_data = te.compute(
         (alpha, alpha, tiles, ci_chunks, ci_block),
-        lambda eps, nu, p, c, ci: narrowed(
-            _transform(nu, b_mat, lambda col: rows[eps, col, p, c, ci])
-        ),
+        lambda eps, nu, p, c, ci: _transform(
+            nu, b_mat, lambda col: rows[eps, col, p, c, ci]
+        ).astype(str(data.dtype)),
         name=PACK_BLOCK,
     )
     if dot:
