@@ -4,10 +4,11 @@ vector width becomes ``(x @ [W | 0])[..., :N]``.
 MetaSchedule tiles a loop only by the factors of its extent, so a column count such as PP-OCR's
 18,385 classes (5 × 3,677) leaves no tile of 16 lanes to vectorize: the recogniser's 40×120 by
 120×18,385 MatMul took 6.3 ms in the best of its trials against onnxruntime's 1.1 (28 GFLOP/s,
-Xeon). With the constant weight padded once at build time by zero columns to 18,400 (= 16 ×
-1,150), every tile of a multiple of 16 is on the table; the slice back to ``N`` columns is a
-copy of the output, fused after the product where FuseOps can. A weight that is not a constant
-(attention's ``Q @ Kᵀ``) is left as it is: padding it would cost a copy per call.
+Xeon). With the constant weight padded once at build time by zero columns to 18,432 (= 16 ×
+1,152, :func:`padded_columns`), every tile of a multiple of 16 is on the table; the slice
+back to ``N`` columns is a copy of the output, fused after the product where FuseOps can. A
+weight that is not a constant (attention's ``Q @ Kᵀ``) is left as it is: padding it would
+cost a copy per call.
 """
 
 from __future__ import annotations
@@ -24,12 +25,31 @@ from .rewrite import rewrite_functions
 _MATMUL = Op.get("relax.matmul")
 
 
+#: Column vectors the padded width is rounded to a multiple of, most first: with 12 (or 6) whole
+#: vectors every register block of ``matmul_regblock.COLUMN_VECTORS`` but 5 divides the columns.
+VECTOR_MULTIPLES = (12, 6)
+#: The most zero columns a multiple of :data:`VECTOR_MULTIPLES` may add, as a fraction of the
+#: columns (1/64: 1.6% more weights and FLOPs at most).
+SPARE_FRACTION = 1 / 64
+
+
 def padded_columns(columns: int, lanes: int) -> int:
-    """``columns`` rounded up to whole vectors of ``lanes``; unchanged when already whole or
-    narrower than one vector (a head of 4 classes gains nothing from 12 zero columns)."""
+    """``columns`` rounded up to whole vectors of ``lanes``, and further to a multiple of 12 or 6
+    vectors where that adds at most :data:`SPARE_FRACTION` of the columns; unchanged when already
+    whole or narrower than one vector (a head of 4 classes gains nothing from 12 zero columns).
+
+    Whole vectors alone may leave a prime count of them: 18,710 classes (RapidOCR's v6
+    recogniser) are 2,339 vectors of 8 lanes, so on AVX2 the register block of the class head
+    could hold one column vector only, an 11th load for every 10 FMAs; 2,340 vectors take 1, 2,
+    3, 4, 5 or 6."""
     if columns <= lanes or columns % lanes == 0:
         return columns
-    return -(-columns // lanes) * lanes
+    vectors = -(-columns // lanes)
+    for multiple in VECTOR_MULTIPLES:
+        padded = -(-vectors // multiple) * multiple * lanes
+        if padded - columns <= columns * SPARE_FRACTION:
+            return padded
+    return vectors * lanes
 
 
 @mutator
