@@ -57,7 +57,7 @@ from ..ops.nchwc import (
     parallel_vectorize,
     register_block_space,
 )
-from ..ops.register_block import OC_BLOCKS, ROW_BLOCKS
+from ..ops.register_block import OC_BLOCKS, ROW_BLOCKS, split_columns
 from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-kblock"
@@ -94,10 +94,7 @@ def schedule_reduction_blocked(
     oh_outer, oh_in = sch.split(oh, [None, oh_inner])
     sweep = sch.sample_perfect_tile(oh_outer, n=2, max_innermost_factor=MAX_SWEEP_ROWS)
     oh_par, oh_seq = sch.split(oh_outer, sweep)
-    columns = sch.sample_perfect_tile(
-        ow, n=2, max_innermost_factor=max(1, max_block // (oc_inner * oh_inner))
-    )
-    ow_outer, ow_in = sch.split(ow, columns)
+    ow_outer, ow_in = split_columns(sch, ow, max(1, max_block // (oc_inner * oh_inner)))
     ic_blocks, ic_inner = sch.split(ic, [None, ic_block])
     chunk = sch.sample_perfect_tile(ic_blocks, n=2, max_innermost_factor=MAX_CHUNK_BLOCKS)
     ic_chunk, ic_in = sch.split(ic_blocks, chunk)

@@ -35,6 +35,7 @@ from ..ops.nchwc import (
     parallel_vectorize,
     register_block_space,
 )
+from ..ops.register_block import split_columns
 from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-regblock"
@@ -45,8 +46,7 @@ def schedule_blocked_conv(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) ->
     ``max_block`` accumulators."""
     conv, output, prologue = conv_and_epilogue(sch, SPACE_NAME)
     _, oc_chunk, oh, ow, oc_block, ic, kh, kw = sch.get_loops(conv)
-    reg_n = sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_block)
-    ow_outer, ow_inner = sch.split(ow, reg_n)
+    ow_outer, ow_inner = split_columns(sch, ow, max_block)
     ic_outer, ic_inner = sch.split(ic, [None, input_channel_block(sch, conv)])
     sch.reorder(oc_chunk, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, oc_block)
     batch = sch.get_loops(conv)[0]

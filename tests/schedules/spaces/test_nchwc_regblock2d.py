@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from tvm import s_tir
 
+from convtune.schedules.ops.register_block import peeled_tiles
 from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
 from convtune.schedules.spaces.nchwc_regblock2d import (
     SPACE_NAME,
@@ -71,3 +72,46 @@ def test_applies_to_blocked_convs_with_more_than_one_chunk_or_row() -> None:
     nchw = load_model(to_bytes(conv_net(in_channels=3, out_channels=20, size=8)))
     _, tasks = extract_tasks(nchw, make_target(AVX512), "nchwc")
     assert not any(RegisterBlock2DConvSpace().applies_to(task.mod) for task in tasks)
+
+
+def test_peeled_tiles_only_where_no_divisor_fills_the_block() -> None:
+    assert peeled_tiles(13, 7) == [1, 4, 5, 6, 7]  # 13 columns, two chunks on AVX2
+    assert peeled_tiles(13, 3) == [1, 2, 3]
+    assert peeled_tiles(14, 7) == []  # 7 divides 14: the perfect tiles serve
+    assert peeled_tiles(13, 14) == []  # the whole row fits the block
+    assert peeled_tiles(12, 14) == []
+
+
+def _column_tiles(sch: s_tir.Schedule) -> list[int]:
+    """The sampled column tile of a design whose columns are peeled (none if perfect): the
+    candidate a categorical decision (an index) picked, the prefetch distances' (0-2) aside."""
+    tiles = []
+    for inst, index in sch.trace.decisions.items():
+        candidates = (
+            [int(c) for c in inst.attrs[0]] if inst.kind.name == "SampleCategorical" else []
+        )
+        if candidates and 0 not in candidates:
+            tiles.append(candidates[int(index)])
+    return tiles
+
+
+def test_a_peeled_column_tile_equals_the_unscheduled_kernel() -> None:
+    """13×13 with 4 chunks of 16 (AVX-512 planning) in a 14-accumulator block (AVX2's): the
+    columns of 2 chunks are 1, 4, 5, 6 or 7 wide, of 4 chunks 1, 2 or 3, the last tile partial
+    but for 1; each such kernel computes the conv."""
+    task = conv_task(dict(in_channels=32, out_channels=64, size=13), is_blocked_conv, AVX512)
+    args = random_args(task.mod)
+    reference = run(task.mod, args)
+    checked: set[tuple[int, int]] = set()
+    for seed in range(1, 12):
+        designs = design_spaces(s_tir.Schedule(task.mod, seed=seed), max_block=14)
+        assert len(designs) == 4  # (2 chunks, 4 chunks) × two orders: 13 rows take no pairs
+        for index, sch in enumerate(designs):
+            (width,) = _column_tiles(sch)
+            block = index // 2
+            assert width in ([1, 4, 5, 6, 7], [1, 2, 3])[block]
+            if width == 1 or (block, width) in checked:
+                continue
+            checked.add((block, width))
+            assert_close(run(sch.mod, args), reference)
+    assert len(checked) >= 4
