@@ -57,7 +57,7 @@ from ..ops.nchwc import (
     parallel_vectorize,
     register_block_space,
 )
-from ..ops.register_block import OC_BLOCKS, ROW_BLOCKS, split_columns
+from ..ops.register_block import ROW_BLOCKS, output_chunk_blocks, split_columns
 from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-kblock"
@@ -76,9 +76,7 @@ SWEEP_LIMITS = (MAX_CHUNK_BLOCKS, MAX_SWEEP_ROWS)
 def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
     """The (oc_inner, oh_inner) pairs dividing the layer's output-channel chunks and rows."""
     return [
-        (oc, oh)
-        for oc, oh in product(OC_BLOCKS, ROW_BLOCKS)
-        if oc_chunks % oc == 0 and rows % oh == 0
+        (oc, oh) for oc, oh in product(output_chunk_blocks(oc_chunks), ROW_BLOCKS) if rows % oh == 0
     ]
 
 

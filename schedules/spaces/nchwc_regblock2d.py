@@ -55,10 +55,10 @@ from ..ops.nchwc import (
     register_block_space,
 )
 from ..ops.register_block import (
-    OC_BLOCKS,
     ORDERS,
     ROW_BLOCKS,
     RegisterBlock,
+    output_chunk_blocks,
     schedule_register_block,
 )
 from .base import ScheduleSpace
@@ -71,8 +71,8 @@ def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
     (1, 1), which is the 1-D register block of ``nchwc_conv.py``."""
     return [
         (oc, oh)
-        for oc, oh in product(OC_BLOCKS, ROW_BLOCKS)
-        if (oc, oh) != (1, 1) and oc_chunks % oc == 0 and rows % oh == 0
+        for oc, oh in product(output_chunk_blocks(oc_chunks), ROW_BLOCKS)
+        if (oc, oh) != (1, 1) and rows % oh == 0
     ]
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from tvm import s_tir
 
-from convtune.schedules.ops.register_block import peeled_tiles
+from convtune.schedules.ops.register_block import output_chunk_blocks, peeled_tiles
 from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
 from convtune.schedules.spaces.nchwc_regblock2d import (
     SPACE_NAME,
     RegisterBlock2DConvSpace,
     design_spaces,
+    register_blocks,
 )
 from convtune.schedules.spaces.registry import SPACES, space_of
 from convtune.tuner.graph.extract import extract_tasks
@@ -40,6 +41,8 @@ MIXED_BLOCKS = {
     "16c-to-8c-1x1": dict(in_channels=144, out_channels=24, size=8, kernel=1, pads=0),
     "8c-to-16c-1x1": dict(in_channels=24, out_channels=144, size=6, kernel=1, pads=0),
     "8c-3x3-batch2": dict(batch=2, in_channels=40, out_channels=40, size=6),
+    # 5 chunks of 8: only the odd block of 5 holds more than one.
+    "5-chunks-1x1-at-13": dict(in_channels=16, out_channels=40, size=13, kernel=1, pads=0),
 }
 
 
@@ -72,6 +75,15 @@ def test_applies_to_blocked_convs_with_more_than_one_chunk_or_row() -> None:
     nchw = load_model(to_bytes(conv_net(in_channels=3, out_channels=20, size=8)))
     _, tasks = extract_tasks(nchw, make_target(AVX512), "nchwc")
     assert not any(RegisterBlock2DConvSpace().applies_to(task.mod) for task in tasks)
+
+
+def test_odd_output_chunk_blocks_only_where_no_even_one_divides() -> None:
+    assert output_chunk_blocks(8) == [1, 2, 4]
+    assert output_chunk_blocks(6) == [1, 2]  # 2 divides: no 3
+    assert output_chunk_blocks(125) == [1, 5]  # ImageNet's 1000 classes in chunks of 8
+    assert output_chunk_blocks(15) == [1, 3, 5]
+    assert output_chunk_blocks(7) == [1]
+    assert register_blocks(5, 13) == [(5, 1)]
 
 
 def test_peeled_tiles_only_where_no_divisor_fills_the_block() -> None:
