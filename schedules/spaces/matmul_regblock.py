@@ -185,7 +185,7 @@ def _epilogue_and_init(
         produced = [int(d) for d in sch.get(matmul).writes[0].source.shape]
         written = [int(d) for d in sch.get(output).writes[0].source.shape]
         if produced == written:
-            epilogue_at(sch, output, at)
+            epilogue_at(sch, output, at, lanes)
         else:
             parallel_rows(sch, output, lanes)
     sch.decompose_reduction(matmul, k)
@@ -204,7 +204,7 @@ def schedule_matmul(sch: Schedule, vectors: int, lanes: int, max_block: int) -> 
     sch.unroll(i_in)
     sch.unroll(j_in)
     sch.vectorize(lane)
-    accumulate_locally(sch, matmul, i_outer)
+    accumulate_locally(sch, matmul, i_outer, lanes)
     _epilogue_and_init(sch, matmul, output, i_outer, k, lanes)
 
 

@@ -20,6 +20,7 @@ from tvm.target import Target
 
 from convtune.schedules.lowering.pipeline import use_convtune_lowering
 from convtune.schedules.ops import annotations
+from convtune.schedules.ops.nchwc import conv_extents
 from convtune.schedules.spaces.base import ScheduleSpace
 from convtune.tuner.graph.extract import ModelTask, extract_tasks
 from convtune.tuner.graph.ingest import load_model
@@ -133,3 +134,38 @@ def with_each_distance(design: Schedule, mod: IRModule) -> Iterator[tuple[int, I
         sch = Schedule(mod)
         trace.apply_to_schedule(sch, remove_postproc=True)
         yield distance, sch.mod
+
+
+def column_tile(sch: Schedule) -> int | None:
+    """The column tile a design sampled where its columns are peeled (``split_columns``; None
+    where the tile is perfect): the candidate its categorical decision (an index) picked, the
+    prefetch distances' (0-2) aside."""
+    tiles = [
+        [int(c) for c in inst.attrs[0]][int(index)]
+        for inst, index in sch.trace.decisions.items()
+        if inst.kind.name == "SampleCategorical" and 0 not in [int(c) for c in inst.attrs[0]]
+    ]
+    assert len(tiles) <= 1, tiles
+    return tiles[0] if tiles else None
+
+
+def check_peeled_columns(
+    mod: IRModule, designs: Callable[[Schedule], list[Schedule]], seeds: range = range(1, 12)
+) -> dict[int, set[int]]:
+    """Run each design of ``designs(Schedule(mod, seed))`` over ``seeds`` whose column tile
+    leaves a partial last tile, once per (design index, width), against the unscheduled
+    kernel; the widths each design index with peeled columns drew."""
+    args = random_args(mod)
+    reference = run(mod, args)
+    extents = conv_extents(mod)
+    assert extents is not None
+    drawn: dict[int, set[int]] = {}
+    for seed in seeds:
+        for index, sch in enumerate(designs(Schedule(mod, seed=seed))):
+            width = column_tile(sch)
+            if width is None or width in drawn.setdefault(index, set()):
+                continue
+            drawn[index].add(width)
+            if extents["ow"] % width:
+                assert_close(run(sch.mod, args), reference)
+    return {index: widths for index, widths in drawn.items() if widths}

@@ -3,6 +3,8 @@ space is offered only to convs with many input channels."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from tvm import s_tir
 
@@ -15,7 +17,14 @@ from convtune.schedules.spaces.nchwc_kblock import (
 )
 from convtune.schedules.spaces.nchwc_regblock import is_blocked_conv
 from convtune.schedules.spaces.registry import SPACES, space_of
-from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
+from tests.schedules.kernels import (
+    AVX512,
+    assert_close,
+    check_peeled_columns,
+    conv_task,
+    random_args,
+    run,
+)
 
 # Planned for AVX-512 (blocks of 16 channels): 512 input channels are MIN_INPUT_BLOCKS blocks.
 CONFIGS = {
@@ -50,3 +59,15 @@ def test_applies_from_the_minimum_of_input_channel_blocks() -> None:
     )
     assert input_blocks(narrow.mod) == MIN_INPUT_BLOCKS // 2
     assert not ReductionBlockedConvSpace().applies_to(narrow.mod)
+
+
+def test_a_peeled_column_tile_equals_the_unscheduled_kernel() -> None:
+    """13 columns of 2 chunks of 16 (AVX-512 planning) in AVX2's 14 accumulators: the
+    columns are 1 or 4-7 wide (one chunk: the whole row), the last tile partial."""
+    task = conv_task(
+        dict(in_channels=512, out_channels=32, size=13, kernel=1, pads=0), is_blocked_conv, AVX512
+    )
+    drawn = check_peeled_columns(task.mod, partial(design_spaces, max_block=14), range(1, 6))
+    # (1 chunk, 2 chunks) × 1 row: the 1-chunk block holds the whole row, a perfect tile.
+    assert sorted(drawn) == [1]
+    assert drawn[1] <= {1, 4, 5, 6, 7} and len(drawn[1] - {1}) >= 2

@@ -24,7 +24,14 @@ from convtune.tuner.options import TuneOptions
 from convtune.tuner.pipeline import tune_model
 from convtune.tuner.target import make_target
 from tests.models import conv_net, to_bytes
-from tests.schedules.kernels import AVX512, assert_close, conv_task, random_args, run
+from tests.schedules.kernels import (
+    AVX512,
+    assert_close,
+    check_peeled_columns,
+    conv_task,
+    random_args,
+    run,
+)
 
 CONFIGS = {
     "3x3": dict(in_channels=32, out_channels=32, size=14),
@@ -72,6 +79,20 @@ def test_mixed_channel_blocks_equal_the_unscheduled_kernel(config: dict) -> None
         sch = s_tir.Schedule(task.mod, seed=seed)
         schedule_blocked_conv(sch)
         assert_close(run(sch.mod, args), reference)
+
+
+def test_a_peeled_column_tile_equals_the_unscheduled_kernel() -> None:
+    """19 columns (SSD's 19×19) in AVX2's 14 accumulators: no divisor but 1 fills the block,
+    so the tile is 1 or 7-14 wide, its last tile partial; each such kernel computes the conv."""
+    task = conv_task(dict(in_channels=16, out_channels=16, size=19), is_blocked_conv, AVX512)
+
+    def design(sch: s_tir.Schedule) -> list[s_tir.Schedule]:
+        schedule_blocked_conv(sch, max_block=14)
+        return [sch]
+
+    drawn = check_peeled_columns(task.mod, design)
+    assert drawn[0] <= {1, *range(7, 15)}
+    assert len(drawn[0] - {1}) >= 4
 
 
 def test_channels_that_do_not_divide_stay_nchw() -> None:
