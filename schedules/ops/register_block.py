@@ -7,6 +7,7 @@ measurements) and bounding the blocks of ``nchwc-kblock``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV
@@ -74,6 +75,15 @@ def output_chunk_blocks(oc_chunks: int) -> list[int]:
     if blocks == [1]:
         blocks += [oc for oc in ODD_OC_BLOCKS if oc_chunks % oc == 0]
     return blocks
+
+
+def block_shapes(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
+    """The (oc_inner, oh_inner) pairs of a register block for a layer of ``oc_chunks`` output
+    chunks and ``rows`` output rows: the chunks of :func:`output_chunk_blocks`, the rows of
+    :data:`ROW_BLOCKS` dividing ``rows``."""
+    return [
+        (oc, oh) for oc, oh in product(output_chunk_blocks(oc_chunks), ROW_BLOCKS) if rows % oh == 0
+    ]
 
 
 @dataclass(frozen=True)

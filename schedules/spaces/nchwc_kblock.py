@@ -36,7 +36,6 @@ weights are prefetched during the sweep (0-2, ``prefetch.py``: 0.80 against 0.95
 
 from __future__ import annotations
 
-from itertools import product
 from typing import ClassVar
 
 from tvm.ir import IRModule
@@ -57,7 +56,7 @@ from ..ops.nchwc import (
     parallel_vectorize,
     register_block_space,
 )
-from ..ops.register_block import ROW_BLOCKS, output_chunk_blocks, split_columns
+from ..ops.register_block import block_shapes, split_columns
 from .base import ScheduleSpace
 
 SPACE_NAME = "nchwc-kblock"
@@ -71,13 +70,6 @@ MAX_CHUNK_BLOCKS = 16
 MAX_SWEEP_ROWS = 64
 #: The tile limits of this space's sampled tiles other than the register block's columns.
 SWEEP_LIMITS = (MAX_CHUNK_BLOCKS, MAX_SWEEP_ROWS)
-
-
-def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
-    """The (oc_inner, oh_inner) pairs dividing the layer's output-channel chunks and rows."""
-    return [
-        (oc, oh) for oc, oh in product(output_chunk_blocks(oc_chunks), ROW_BLOCKS) if rows % oh == 0
-    ]
 
 
 def schedule_reduction_blocked(
@@ -119,7 +111,7 @@ def design_spaces(sch: Schedule, max_block: int = MAX_REGISTER_BLOCK) -> list[Sc
     assert extents is not None
     return design_copies(
         sch,
-        register_blocks(extents["oc_chunk"], extents["oh"]),
+        block_shapes(extents["oc_chunk"], extents["oh"]),
         lambda copy, block: schedule_reduction_blocked(copy, *block, max_block=max_block),
     )
 

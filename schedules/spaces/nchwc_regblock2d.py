@@ -56,9 +56,8 @@ from ..ops.nchwc import (
 )
 from ..ops.register_block import (
     ORDERS,
-    ROW_BLOCKS,
     RegisterBlock,
-    output_chunk_blocks,
+    block_shapes,
     schedule_register_block,
 )
 from .base import ScheduleSpace
@@ -67,13 +66,9 @@ SPACE_NAME = "nchwc-regblock2d"
 
 
 def register_blocks(oc_chunks: int, rows: int) -> list[tuple[int, int]]:
-    """The (oc_inner, oh_inner) pairs of the space for a layer: dividing its extents, and not
+    """The (oc_inner, oh_inner) pairs of the space for a layer (``block_shapes``), but
     (1, 1), which is the 1-D register block of ``nchwc_conv.py``."""
-    return [
-        (oc, oh)
-        for oc, oh in product(output_chunk_blocks(oc_chunks), ROW_BLOCKS)
-        if (oc, oh) != (1, 1) and rows % oh == 0
-    ]
+    return [block for block in block_shapes(oc_chunks, rows) if block != (1, 1)]
 
 
 def schedule_conv_2d_block(
