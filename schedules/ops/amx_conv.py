@@ -131,11 +131,17 @@ def pack_weight(
 
 
 def conv2d_nchwc_amx(
-    data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, kernel_width: int
+    data: te.Tensor,
+    kernel: te.Tensor,
+    strides: Any,
+    padding: Any,
+    kernel_width: int,
+    out_block: int = DOT_LANES,
 ) -> te.Tensor:
-    """The TE compute of the format of ``data``'s type: the reduction is (ic chunk, kernel row,
-    column step, ``tap · 16/g + group``, channel in group); the block's innermost axes (output
-    lane, reduction row, channel) the intrinsic's."""
+    """The TE compute of the format of ``data``'s type, ``NCHW{out_block}c`` out (a multiple of
+    the accumulator tile's 16 channels): the reduction is (ic chunk, kernel row, column step,
+    ``tap · 16/g + group``, channel in group); the block's innermost axes (output lane,
+    reduction row, channel) the intrinsic's."""
     fmt = format_of_data(str(data.dtype))
     assert fmt is not None, data.dtype
     n, ic_chunks, height, width, block = get_const_tuple(data.shape)
@@ -158,22 +164,26 @@ def conv2d_nchwc_amx(
     row = te.reduce_axis((0, rows), name="tap_group")
     ic_lane = te.reduce_axis((0, group), name="ic_lane")
     acc = fmt.acc_dtype
-    return te.compute(
-        (n, oc_chunks, out_h, out_w, lanes),
-        lambda b, occ, oh, ow, ocb: te.sum(
-            data[
-                b,
-                ic_outer,
-                oh * stride_h + kh,
-                ow * stride_w + step * taps + row // groups_per_pixel,
-                row % groups_per_pixel * group + ic_lane,
-            ].astype(acc)
-            * kernel[ic_outer, kh, step, occ, row, ocb, ic_lane].astype(acc),
-            axis=[ic_outer, kh, step, row, ic_lane],
-        ),
-        name=amx_block_name(fmt),
-        tag=amx_block_name(fmt),
-    )
+    tiles = out_block // lanes  # accumulator tiles of an output block
+
+    def output(b: Any, occ: Any, oh: Any, ow: Any, ocb: Any) -> Any:
+        chunk, lane = occ, ocb  # the expressions the 16-channel traces were recorded with
+        if tiles > 1:
+            chunk, lane = occ * tiles + ocb // lanes, ocb % lanes
+        pixel = data[
+            b,
+            ic_outer,
+            oh * stride_h + kh,
+            ow * stride_w + step * taps + row // groups_per_pixel,
+            row % groups_per_pixel * group + ic_lane,
+        ]
+        weight = kernel[ic_outer, kh, step, chunk, row, lane, ic_lane]
+        return te.sum(
+            pixel.astype(acc) * weight.astype(acc), axis=[ic_outer, kh, step, row, ic_lane]
+        )
+
+    name = amx_block_name(fmt)
+    return te.compute((n, oc_chunks // tiles, out_h, out_w, out_block), output, name=name, tag=name)
 
 
 __all__ = [

@@ -37,7 +37,7 @@ from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
-from ..ops.amx import MAX_ACCUMULATORS, AmxBlock, tile_rows
+from ..ops.amx import AMX_N, MAX_ACCUMULATORS, AmxBlock, tile_rows
 from ..ops.amx_conv import AMX_CONV_BLOCKS, AMX_DATA_BLOCK
 from ..ops.dot_conv import BF16, INT8, DotFormat, format_of_data
 from ..ops.isa import amx_precisions
@@ -60,17 +60,20 @@ def amx_blocks(
     taps: int = 1,
     fmt: DotFormat = INT8,
     pixel_channels: int = AMX_DATA_BLOCK,
+    out_block: int = AMX_N,
 ) -> list[AmxBlock]:
     """The register blocks of an output row ``out_width`` pixels wide and ``oc_chunks`` output
-    channel chunks (see the module doc)."""
+    channel chunks of 16 (see the module doc), in ``NCHW{out_block}c``: a block's chunks lie in
+    one output block."""
     rows = tile_rows(out_width)
     if rows is None:
         return []
+    tiles = out_block // AMX_N
     return [
         AmxBlock(rows, m, n, stride, taps, fmt, pixel_channels)
         for m in range(1, MAX_ACCUMULATORS + 1)
         for n in range(1, MAX_ACCUMULATORS // m + 1)
-        if out_width % (rows * m) == 0 and oc_chunks % n == 0
+        if out_width % (rows * m) == 0 and oc_chunks % n == 0 and (tiles == 1 or tiles % n == 0)
     ]
 
 
@@ -85,8 +88,10 @@ class AmxConv:
     #: Input pixels of a tile row (``amx_conv.taps_of``).
     taps: int
     fmt: DotFormat = INT8
-    #: Channels of an input pixel: 16, or 4 for the stem (``amx_conv.STEM_DATA_BLOCK``).
+    #: Channels of an input pixel: 16 or 64, or 4 for the stem (``amx_conv.STEM_DATA_BLOCK``).
     pixel_channels: int = AMX_DATA_BLOCK
+    #: Channels of an output block: 16 or 64.
+    out_block: int = AMX_N
 
     @property
     def block_name(self) -> str:
@@ -94,7 +99,13 @@ class AmxConv:
 
     def blocks(self) -> list[AmxBlock]:
         return amx_blocks(
-            self.out_width, self.oc_chunks, self.stride, self.taps, self.fmt, self.pixel_channels
+            self.out_width,
+            self.oc_chunks,
+            self.stride,
+            self.taps,
+            self.fmt,
+            self.pixel_channels,
+            self.out_block,
         )
 
 
@@ -122,11 +133,32 @@ def amx_conv(sch: Schedule) -> AmxConv | None:
     out = block.writes[0].source.shape
     channels = int(data.shape[-1])
     taps = int(weight.shape[4]) * int(weight.shape[6]) // channels
-    return AmxConv(int(out[3]), int(out[1]), int(coefficients[0]), taps, fmt, channels)
+    out_block = int(out[4])
+    oc_chunks = int(out[1]) * out_block // AMX_N
+    return AmxConv(int(out[3]), oc_chunks, int(coefficients[0]), taps, fmt, channels, out_block)
 
 
 def _pixel_major(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+    """``NCHW16c`` with the chunks inside the pixels: a block's tiles are one region."""
     return (n, h, w, c, b)
+
+
+def _tiled(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+    """``NCHW64c`` with its blocks' 16-channel tiles as an axis: a register block's tiles are
+    one region as they are (its chunks lie in one block)."""
+    return (n, c, h, w, b // AMX_N, b % AMX_N)
+
+
+def _tiled_iterators(
+    n: Any, c: Any, h: Any, w: Any, b: Any, ic: Any, kh: Any, step: Any, row: Any, lane: Any
+) -> tuple[Any, ...]:
+    """The conv block's iterators with its output block's tiles as one of them, before the
+    pixels (the intrinsics' order: chunk, pixel, lane)."""
+    return (n, c, b // AMX_N, h, w, b % AMX_N, ic, kh, step, row, lane)
+
+
+def _tiled_copy(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+    return (n, c, b // AMX_N, h, w, b % AMX_N)
 
 
 @dataclass(frozen=True)
@@ -145,25 +177,36 @@ def schedule_amx_conv(sch: Schedule, design: AmxDesign) -> None:
     init_intrin, update_intrin, store_intrin = amx.intrinsics()
     space = _SPACE_NAMES[amx.fmt]
     conv, output, prologue = conv_and_epilogue(sch, space, AMX_CONV_BLOCKS[amx.fmt])
-    n, oc_chunk, oh, ow, oc_block, ic_outer, kh, step, row, ic_lane = sch.get_loops(conv)
-    oc_outer, oc_in = sch.split(oc_chunk, [None, amx.n_tiles])
+    tiled_blocks = int(sch.get(sch.get_loops(conv)[4]).extent) > AMX_N
+    if tiled_blocks:  # NCHW64c out: the block's tiles an iterator (the intrinsics' chunks)
+        sch.transform_block_layout(conv, _tiled_iterators)
+        n, oc_chunk, tile, oh, ow, oc_block, ic_outer, kh, step, row, ic_lane = sch.get_loops(conv)
+        tile_outer, oc_in = sch.split(tile, [None, amx.n_tiles])
+        chunk_loops = [oc_chunk, tile_outer]
+    else:
+        n, oc_chunk, oh, ow, oc_block, ic_outer, kh, step, row, ic_lane = sch.get_loops(conv)
+        oc_outer, oc_in = sch.split(oc_chunk, [None, amx.n_tiles])
+        chunk_loops = [oc_outer]
     ow_outer, ow_in = sch.split(ow, [None, amx.pixels])
     inner = (ic_outer, kh, step, oc_in, ow_in, oc_block, row, ic_lane)
     if design.channels_outer:
-        sch.reorder(n, oc_outer, oh, ow_outer, *inner)
-        sch.parallel(sch.fuse(n, oc_outer, oh))
+        sch.reorder(n, *chunk_loops, oh, ow_outer, *inner)
+        sch.parallel(sch.fuse(n, *chunk_loops, oh))
         block_loop = ow_outer
     else:
-        sch.reorder(n, oh, ow_outer, oc_outer, *inner)
+        sch.reorder(n, oh, ow_outer, *chunk_loops, *inner)
         sch.parallel(sch.fuse(n, oh, ow_outer))
-        block_loop = oc_outer
+        block_loop = chunk_loops[-1]
     local = sch.cache_write(conv, 0, "local")
-    # The accumulators of one block, and the conv's output the epilogue reads, pixel-major:
-    # the rows of every output-channel tile of a pixel are one region (the intrinsics').
-    sch.transform_layout(conv, ("write", 0), _pixel_major)
-    sch.transform_layout(local, ("write", 0), _pixel_major)
+    # The accumulators of one block, and the conv's output the epilogue reads, with the rows
+    # of every output-channel tile of a pixel one region (the intrinsics').
+    pixel_major = _tiled if tiled_blocks else _pixel_major
+    sch.transform_layout(conv, ("write", 0), pixel_major)
+    sch.transform_layout(local, ("write", 0), pixel_major)
+    if tiled_blocks:  # the copy's iterators as the conv's: (n, block, tile, row, column, lane)
+        sch.transform_block_layout(local, _tiled_copy)
     sch.reverse_compute_at(local, block_loop, preserve_unit_loops=True)
-    epilogue_at(sch, output, block_loop)
+    epilogue_at(sch, output, block_loop, AMX_N)
     init = sch.decompose_reduction(conv, ic_outer)
     # With one output chunk the intrinsics start at the pixel loop (the chunk loop is a unit
     # loop their descriptions do not have).

@@ -74,6 +74,7 @@ from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle, shuffled_position
 from .reciprocal_quantize import legalize_quantize
+from .tile_blocks import TILE_BLOCK, tile_blocked_counts
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -209,6 +210,8 @@ class LayoutPlan:
     winograd_tiles: dict[int, int] = field(default_factory=dict)
     #: Channel counts held in half-register blocks for grouped convs (:func:`half_blocked_counts`).
     half_blocked: list[int] = field(default_factory=list)
+    #: Channel counts held in 64-channel blocks for AMX int8 convs (``tile_blocks.py``).
+    tile_blocked: list[int] = field(default_factory=list)
     #: Concat chains written in place (``inplace_concat.py``).
     concat_chains: int = 0
     #: One line per optional rewrite that fell back (the model runs without it).
@@ -227,6 +230,7 @@ class LayoutPlan:
             "nchw_convs": len(self.convs) - self.blocked_convs,
             "transforms": self.transforms,
             "half_blocked": self.half_blocked,
+            "tile_blocked": self.tile_blocked,
             "concat_chains": self.concat_chains,
             "fallback": self.fallback,
             "convs": [c.as_dict() for c in self.convs],
@@ -264,19 +268,25 @@ def _scalar(expr: Expr) -> bool:
 
 
 def channel_block(
-    channels: int, lanes: int, half_blocked: frozenset[int] = frozenset()
+    channels: int,
+    lanes: int,
+    half_blocked: frozenset[int] = frozenset(),
+    tile_blocked: frozenset[int] = frozenset(),
 ) -> int | None:
     """The block (NCHW{block}c) a tensor of ``channels`` is held in on a target of ``lanes`` fp32
     lanes: a whole register when it divides the channels, else half of one if that is still 8
     lanes (a ymm register), else None (NCHW). A count in ``half_blocked``
     (:func:`half_blocked_counts`: a grouped conv's groups split its whole blocks) takes the
-    half register first.
+    half register first; a count in ``tile_blocked`` (``tile_blocks.py``: only AMX int8 convs
+    read and write it) is held in blocks of a 64-byte tile row.
 
     Half a register is the AVX2 width on an AVX-512 machine: half the FMA throughput per
     instruction, but the 1x1 and depthwise convs of these narrow stages are bound by memory,
     and in NCHW their vector axis was the image width, with unaligned loads at every tap. An
     AVX2 target gets no 4-lane blocks: nothing measured them, and the channel counts they would
     add (multiples of 4, not of 8) are squeeze-excitation bottlenecks of 1x1 pixel."""
+    if channels in tile_blocked:
+        return TILE_BLOCK
     blocks = channel_blocks(lanes)
     if channels in half_blocked:
         blocks = blocks[::-1]
@@ -372,6 +382,7 @@ class _BlockingMutator(PyExprMutator):
         self.plan = plan
         self.lanes = plan.lanes
         self.half_blocked = frozenset(plan.half_blocked)
+        self.tile_blocked = frozenset(plan.tile_blocked)
         self.forced_nchw = forced_nchw
         # old var -> its blocked version (that var has NO NCHW binding until one is needed)
         self.blocked: dict[relax.Var, _Blocked] = {}
@@ -387,7 +398,7 @@ class _BlockingMutator(PyExprMutator):
         self.conv_count = 0
 
     def _block(self, channels: int) -> int | None:
-        return channel_block(channels, self.lanes, self.half_blocked)
+        return channel_block(channels, self.lanes, self.half_blocked, self.tile_blocked)
 
     def _known_block(self, channels: int) -> int:
         """The block of a tensor this pass has already blocked (so its channels have one)."""
@@ -1102,6 +1113,7 @@ def plan_blocked_layout(
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
         half_blocked=sorted(half_blocked_counts(mod, lanes)),
+        tile_blocked=sorted(tile_blocked_counts(mod, amx_precisions(target))),
     )
     rewriter = _BlockingMutator(mod, plan, frozenset(plan.forced_nchw))
     try:

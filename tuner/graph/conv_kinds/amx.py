@@ -12,6 +12,7 @@ rest. Only the AMX spaces and the generic one schedule these ops. On ResNet-50's
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from tvm import relax
@@ -31,9 +32,19 @@ from convtune.schedules.ops.amx_conv import (
 )
 from convtune.schedules.ops.dot_conv import BF16, DOT_LANES, INT8, DotFormat
 
+from ..tile_blocks import TILE_BLOCK
 from .base import ConvKind, ConvOperands, ConvSite, Decision
 from .dot import stem_pixels
 from .winograd import OUT_ELEMWISE_FUSABLE
+
+#: The output blocks the op writes: one accumulator tile's 16 channels, or four.
+AMX_OUT_BLOCKS = (DOT_LANES, TILE_BLOCK)
+
+
+def data_blocks(fmt: DotFormat) -> tuple[int, ...]:
+    """The data blocks the op reads in ``fmt``: 16 channels, and for u8 a whole tile row
+    (``tile_blocks.py``; 64 bf16 channels would be two rows)."""
+    return (AMX_DATA_BLOCK, TILE_BLOCK) if fmt is INT8 else (AMX_DATA_BLOCK,)
 
 
 def _tiles_multiply(site: ConvSite, fmt: DotFormat) -> bool:
@@ -55,31 +66,37 @@ class AmxKind(ConvKind):
             site.x_shape[1], site.w_shape[0], site.w_shape[2:], site.attrs.dilation, site.groups
         )
         out_width = int(site.call.ty.shape[3])
-        if refusal or not site.constant_weight or site.in_block != AMX_DATA_BLOCK:
+        if refusal or not site.constant_weight:
+            return None
+        if site.in_block not in data_blocks(self.fmt) or site.out_block not in AMX_OUT_BLOCKS:
             return None
         if tile_rows(out_width) is None:  # no tile of 4 to 16 rows divides it: zmm kernels'
             return None
         return Decision(True, self.reason)
 
     def computed_columns(self, site: ConvSite) -> int:
-        width = site.w_shape[3]
-        return taps_of(width, self.fmt) * steps_of(width, self.fmt)
+        width, block = site.w_shape[3], site.in_block or AMX_DATA_BLOCK
+        return taps_of(width, self.fmt, block) * steps_of(width, self.fmt, block)
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
-        assert operands.data_block == AMX_DATA_BLOCK
-        return amx_call(bb, operands.data, site, self.fmt, AMX_DATA_BLOCK)
+        assert operands.data_block in data_blocks(self.fmt)
+        return amx_call(bb, operands, site, self.fmt, operands.data_block)
 
 
-def amx_call(bb: BlockBuilder, data: Expr, site: ConvSite, fmt: DotFormat, block: int) -> Expr:
-    """The AMX op of ``fmt`` on ``data`` (``NCHW{block}c``) with the site's weight packed."""
+def amx_call(
+    bb: BlockBuilder, operands: ConvOperands, site: ConvSite, fmt: DotFormat, block: int
+) -> Expr:
+    """The AMX op of ``fmt`` on ``operands.data`` (``NCHW{block}c``) with the site's weight
+    packed, ``NCHW{operands.out_block}c`` out."""
     attrs = site.attrs
     return bb.call_te(
         conv2d_nchwc_amx,
-        data,
+        operands.data,
         relax.const(pack_weight(site.weight_array(), fmt, block), fmt.weight_dtype),
         attrs.strides,
         attrs.padding,
         site.w_shape[3],
+        operands.out_block,
         primfunc_name_hint=amx_block_name(fmt),
         # Fusable with its elementwise epilogue, like a conv (winograd.py).
         primfunc_attrs={"op_pattern": OUT_ELEMWISE_FUSABLE},
@@ -114,7 +131,7 @@ class AmxStemKind(ConvKind):
         refusal = stem_refusal(
             site.x_shape, site.w_shape, out_width, site.attrs.dilation, site.groups, self.fmt
         )
-        if refusal or not site.constant_weight or site.out_block != DOT_LANES:
+        if refusal or not site.constant_weight or site.out_block not in AMX_OUT_BLOCKS:
             return None
         return Decision(True, self.reason)
 
@@ -123,7 +140,7 @@ class AmxStemKind(ConvKind):
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         pixels = stem_pixels(bb, operands.data, site.x_shape)
-        return amx_call(bb, pixels, site, self.fmt, STEM_DATA_BLOCK)
+        return amx_call(bb, replace(operands, data=pixels), site, self.fmt, STEM_DATA_BLOCK)
 
 
 class Int8AmxStemKind(AmxStemKind):

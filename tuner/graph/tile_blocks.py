@@ -1,0 +1,89 @@
+"""Channel counts held in 64-channel blocks (``NCHW64c``) on targets whose AMX tiles multiply
+int8: a tile row is 64 bytes, one pixel's channels of such a block.
+
+In ``NCHW16c`` the tile row of a 1-column kernel holds one pixel's 16 u8 channels (K = 16), a
+quarter of what a ``tdpbusd`` multiplies in the same 16 cycles, and a 3×3 conv packs four
+16-channel pixels of a kernel row (one of them a zero column) where a 64-channel pixel fills the
+row alone. Measured on an Emerald Rapids VM (2026-12-06, 2 threads, each conv with its
+requantizing epilogue, best design of the ``int8-amx`` space, ``NCHW16c`` in and out against
+``NCHW64c``): 256→64 1×1 at 56² 0.063 → 0.040 ms, 512→128 1×1 at 28² 0.053 → 0.044, 1024→256
+1×1 at 14² 0.054 → 0.030, 2048→512 1×1 at 7² 0.117 → 0.042, 64→64 3×3 at 56² 0.151 → 0.079.
+
+A count is held so when every conv that reads or writes its tensors is an AMX int8 conv
+(``conv_kinds/amx.py``: the op reads 64-channel pixels and writes 64-channel blocks, the stem
+included) and at least one reads them; the ops between (quantize, dequantize, the elementwise
+epilogues, pooling, means, Concat and Split by whole blocks) take any block, and where a
+Concat's pieces have other blocks the layout pass concatenates in the smallest one. A count
+that any other conv reads or writes (a VNNI conv, an fp32 conv, a classifier at one pixel)
+keeps its register-wide block.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+from tvm.ir import IRModule, Op
+from tvm.ir.expr import GenericConst
+
+from convtune.schedules.ops.amx import tile_rows
+from convtune.schedules.ops.amx_conv import amx_refusal, stem_refusal
+from convtune.schedules.ops.dot_conv import INT8
+
+#: Channels of a tile-wide block: a 64-byte tile row of u8.
+TILE_BLOCK = 64
+
+_CONV2D = Op.get("relax.nn.conv2d")
+
+
+def _static(expr: relax.Expr) -> tuple[int, ...] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, AttributeError):
+        return None
+
+
+def _amx_roles(call: relax.Call) -> tuple[bool, bool]:
+    """Whether the AMX int8 op computes ``call`` reading 64-channel pixels, and whether it
+    computes it at all (then it can write 64-channel blocks)."""
+    x_shape, w_shape, out = _static(call.args[0]), _static(call.args[1]), _static(call)
+    if x_shape is None or w_shape is None or out is None:
+        return False, False
+    if str(call.args[0].ty.dtype) != INT8.data_dtype:
+        return False, False
+    if not isinstance(call.args[1], GenericConst) or tile_rows(out[3]) is None:
+        return False, False
+    attrs = call.attrs
+    groups = int(attrs.groups)
+    if not amx_refusal(x_shape[1], w_shape[0], w_shape[2:], attrs.dilation, groups):
+        return x_shape[1] % TILE_BLOCK == 0, True
+    stem = not stem_refusal(x_shape, w_shape, out[3], attrs.dilation, groups, INT8)
+    return False, stem
+
+
+def tile_blocked_counts(mod: IRModule, amx: tuple[str, ...]) -> frozenset[int]:
+    """The channel counts of ``mod`` held in ``NCHW64c`` on a target whose tiles multiply
+    ``amx`` (see the module doc); none without AMX-INT8."""
+    if INT8.precision not in amx:
+        return frozenset()
+    read: set[int] = set()
+    refused: set[int] = set()
+
+    def visit(expr: relax.Expr) -> None:
+        if not (isinstance(expr, relax.Call) and expr.op == _CONV2D):
+            return
+        x_shape, w_shape = _static(expr.args[0]), _static(expr.args[1])
+        reads_tiles, computes = _amx_roles(expr)
+        if x_shape is not None:
+            (read if reads_tiles else refused).add(x_shape[1])
+        if w_shape is not None and not computes:
+            refused.add(w_shape[0])
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return frozenset(c for c in read - refused if c % TILE_BLOCK == 0)
+
+
+__all__ = ["TILE_BLOCK", "tile_blocked_counts"]
