@@ -19,11 +19,14 @@ bf16, so a tile row holds a whole kernel row of up to 16 (u8) or 8 (bf16) column
 KW, one step (7×7: K = 28 bytes u8, 56 bf16). Its fp32 kernel ran at 70% of the fp32 peak and
 still took 0.83 ms of ResNet-50's int8 7.0 (AMX Xeon, 2026-12-05).
 
-Layouts: data ``NCHW{a}c`` (u8 or bf16; ``a`` = 16, the stem 4); weight (I/a, KH, steps, O/16,
-rows, 16, g) = (ic chunk, kernel row, column step, oc chunk, ``tap · a/g + group``, output
-lane, channel in group), ``g`` the format's group (4 u8, 2 bf16), so the weight tiles of
-consecutive output chunks are contiguous (one tensor-intrinsic region for a block of several);
-output ``NCHW16c`` in the accumulator type (s32, fp32).
+A u8 pixel of 64 channels (``NCHW64c``, ``tuner/graph/tile_blocks.py``) fills a tile row
+alone: ``taps`` = 1, a kernel row in KW steps.
+
+Layouts: data ``NCHW{a}c`` (u8 or bf16; ``a`` = 16, u8 also 64, the stem 4); weight (I/a,
+KH, steps, O/16, rows, 16, g) = (ic chunk, kernel row, column step, oc chunk, ``tap · a/g +
+group``, output lane, channel in group), ``g`` the format's group (4 u8, 2 bf16), so the
+weight tiles of consecutive output chunks are contiguous (one tensor-intrinsic region for a
+block of several); output ``NCHW16c`` or ``NCHW64c`` in the accumulator type (s32, fp32).
 """
 
 from __future__ import annotations

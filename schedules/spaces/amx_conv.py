@@ -20,8 +20,10 @@ channels:
 A ``tdpbusd`` whose accumulator the previous one wrote waits for it, so a block has several
 accumulators, and each loaded tile serves several products. One design per (rows, m_tiles,
 n_tiles): ``rows`` the widest divisor of the output width up to 16 (a tile's rows), at most
-four accumulators. Declines output rows narrower than four pixels, a conv with no epilogue,
-and a CPU without the format's AMX product (AMX-INT8, AMX-BF16).
+four accumulators. An ``NCHW64c`` output (``tuner/graph/tile_blocks.py``) holds four tiles a
+block: the schedule makes them an iterator of the conv, and a register block takes 1, 2 or 4.
+Declines output rows narrower than four pixels, a conv with no epilogue, and a CPU without the
+format's AMX product (AMX-INT8, AMX-BF16).
 """
 
 from __future__ import annotations

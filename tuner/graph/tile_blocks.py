@@ -12,10 +12,11 @@ requantizing epilogue, best design of the ``int8-amx`` space, ``NCHW16c`` in and
 A count is held so when every conv that reads or writes its tensors is an AMX int8 conv
 (``conv_kinds/amx.py``: the op reads 64-channel pixels and writes 64-channel blocks, the stem
 included) and at least one reads them; the ops between (quantize, dequantize, the elementwise
-epilogues, pooling, means, Concat and Split by whole blocks) take any block, and where a
-Concat's pieces have other blocks the layout pass concatenates in the smallest one. A count
-that any other conv reads or writes (a VNNI conv, an fp32 conv, a classifier at one pixel)
-keeps its register-wide block.
+epilogues, pooling, means, Resize) take any block. A count that any other conv reads or writes
+(a VNNI conv, an fp32 conv) keeps its register-wide block, and so do all the counts of a
+channel Concat, Split or slice unless every one of them is held in 64: the layout pass splits
+and slices only by whole blocks of the source's, and concatenates pieces of other blocks in the
+smallest one and re-blocks the whole (YOLOv8's C2f splits 64 channels into two 32s).
 """
 
 from __future__ import annotations
@@ -32,16 +33,12 @@ from convtune.schedules.ops.dot_conv import INT8
 TILE_BLOCK = 64
 
 _CONV2D = Op.get("relax.nn.conv2d")
+#: Ops that join or cut tensors along channels: the counts of one are held alike or not at all.
+_CHANNEL_CUTS = frozenset(Op.get(f"relax.{name}") for name in ("concat", "split", "strided_slice"))
 
 
 def _static(expr: relax.Expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, AttributeError):
-        return None
+    return _static_type(expr.ty)
 
 
 def _amx_roles(call: relax.Call) -> tuple[bool, bool]:
@@ -69,8 +66,11 @@ def tile_blocked_counts(mod: IRModule, amx: tuple[str, ...]) -> frozenset[int]:
         return frozenset()
     read: set[int] = set()
     refused: set[int] = set()
+    groups: list[set[int]] = []
 
     def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op in _CHANNEL_CUTS:
+            groups.append(_channel_counts(expr))
         if not (isinstance(expr, relax.Call) and expr.op == _CONV2D):
             return
         x_shape, w_shape = _static(expr.args[0]), _static(expr.args[1])
@@ -83,7 +83,36 @@ def tile_blocked_counts(mod: IRModule, amx: tuple[str, ...]) -> frozenset[int]:
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, visit)
-    return frozenset(c for c in read - refused if c % TILE_BLOCK == 0)
+    held = {c for c in read - refused if c % TILE_BLOCK == 0}
+    while True:  # a group with one count not held releases the others, which may free more
+        released = set().union(*(g for g in groups if g & held and not g <= held))
+        if not released & held:
+            return frozenset(held)
+        held -= released
+
+
+def _channel_counts(call: relax.Call) -> set[int]:
+    """The channel counts of the 4-D tensors a Concat, Split or slice reads and makes (all of
+    them, whatever its axis: a cut along another axis only widens the group)."""
+    types = [
+        *_fields(call.args[0].ty),  # Concat's tuple, or the tensor a Split or slice cuts
+        *_fields(call.ty),
+    ]
+    shapes = [_static_type(ty) for ty in types]
+    return {shape[1] for shape in shapes if shape is not None and len(shape) == 4}
+
+
+def _fields(ty: object) -> list[object]:
+    return list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+
+
+def _static_type(ty: object) -> tuple[int, ...] | None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, AttributeError):
+        return None
 
 
 __all__ = ["TILE_BLOCK", "tile_blocked_counts"]

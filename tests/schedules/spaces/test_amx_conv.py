@@ -81,13 +81,24 @@ CONFIGS = {
 }
 
 
+#: Convs in 64-channel blocks (``tuner/graph/tile_blocks.py``): CONFIGS' geometry, then the
+#: (data, output) blocks.
+TILE_BLOCK_CONFIGS = {
+    "1x1-64c": ((128, 128, 7, 1, 1, (0, 0, 0, 0)), (64, 64)),
+    "3x3-64c-in": ((64, 32, 10, 3, 1, (1, 1, 1, 1)), (64, 16)),
+    "3x3-stride2-64c-out": ((32, 128, 15, 3, 2, (1, 1, 1, 1)), (16, 64)),
+    "stem-64c-out": ((3, 64, 32, 7, 2, (3, 3, 3, 3)), (STEM_DATA_BLOCK, 64)),
+}
+
+
 def data_block(in_channels: int) -> int:
     return 16 if in_channels % 16 == 0 else STEM_DATA_BLOCK
 
 
-def blocked_input(x: np.ndarray) -> np.ndarray:
-    """NCHW → the op's data: NCHW16c, or the stem's NCHW4c with its channels padded to 4."""
-    block = data_block(x.shape[1])
+def blocked_input(x: np.ndarray, block: int | None = None) -> np.ndarray:
+    """NCHW → the op's data: NCHW16c (or ``block``), or the stem's NCHW4c with its channels
+    padded to 4."""
+    block = block or data_block(x.shape[1])
     padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block, *x.shape[2:]), x.dtype)
     padded[:, : x.shape[1]] = x
     return to_blocked(padded, block)
@@ -104,9 +115,13 @@ ZERO_POINT = 100
 
 
 def amx_case(name: str, seed: int = 0):
-    """The TE module of ``CONFIGS[name]`` (the op's conv, a scale per channel, requantized to
-    u8), its arguments and the expected u8 output (NCHW)."""
-    ic, oc, size, kernel, stride, pads = CONFIGS[name]
+    """The TE module of ``CONFIGS[name]`` or ``TILE_BLOCK_CONFIGS[name]`` (the op's conv, a
+    scale per channel, requantized to u8), its arguments and the expected u8 output (NCHW)."""
+    if name in TILE_BLOCK_CONFIGS:
+        (ic, oc, size, kernel, stride, pads), (in_block, out_block) = TILE_BLOCK_CONFIGS[name]
+    else:
+        ic, oc, size, kernel, stride, pads = CONFIGS[name]
+        in_block, out_block = data_block(ic), 16
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 256, (1, ic, size, size), dtype=np.uint8)
     w = rng.integers(-128, 128, (oc, ic, kernel, kernel), dtype=np.int8)
@@ -114,12 +129,12 @@ def amx_case(name: str, seed: int = 0):
     scale = (rng.uniform(0.5, 1.5, oc) * 50 / acc.std()).astype(np.float32)
     scaled = acc.astype(np.float32) * scale.reshape(1, -1, 1, 1)
     expected = np.clip(np.round(scaled) + np.float32(ZERO_POINT), 0, 255).astype(np.uint8)
-    packed = pack_weight(w, INT8, data_block(ic))
-    data_args = blocked_input(x)
+    packed = pack_weight(w, INT8, in_block)
+    data_args = blocked_input(x, in_block)
     data = te.placeholder(data_args.shape, "uint8", name="data")
     weight = te.placeholder(packed.shape, "int8", name="weight")
-    scales = te.placeholder((oc // 16, 16), "float32", name="scale")
-    conv = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel)
+    scales = te.placeholder((oc // out_block, out_block), "float32", name="scale")
+    conv = conv2d_nchwc_amx(data, weight, (stride, stride), pads, kernel, out_block)
 
     def requantize(n, c, h, w, b):
         value = te.round(conv[n, c, h, w, b].astype("float32") * scales[c, b])
@@ -129,8 +144,8 @@ def amx_case(name: str, seed: int = 0):
 
     out = te.compute(conv.shape, requantize, name="requantized")
     mod = IRModule({"main": te.create_prim_func([data, weight, scales, out])})
-    dest = np.zeros((1, oc // 16, *expected.shape[2:], 16), np.uint8)
-    return mod, [data_args, packed, scale.reshape(-1, 16), dest], expected
+    dest = np.zeros((1, oc // out_block, *expected.shape[2:], out_block), np.uint8)
+    return mod, [data_args, packed, scale.reshape(-1, out_block), dest], expected
 
 
 def bf16_case(name: str, seed: int = 0):
@@ -231,6 +246,25 @@ def test_the_space_reads_each_convs_geometry(name: str) -> None:
     assert bf16.pixel_channels == conv.pixel_channels == data_block(CONFIGS[name][0])
 
 
+@pytest.mark.parametrize("name", list(TILE_BLOCK_CONFIGS))
+def test_the_space_reads_the_blocks_of_a_64_channel_conv(name: str) -> None:
+    """A 64-channel pixel fills a tile row alone (one tap, a 3×3 kernel row in three steps);
+    64-channel output blocks hold four accumulator tiles, so a register block takes 1, 2 or 4
+    of them (never 3: its tiles would straddle two blocks)."""
+    (_, oc, _, kernel, stride, _), (in_block, out_block) = TILE_BLOCK_CONFIGS[name]
+    mod, _, expected = amx_case(name)
+    conv = amx_conv(Schedule(mod))
+    assert conv is not None and Int8AmxConvSpace().applies_to(mod)
+    assert (conv.out_width, conv.oc_chunks, conv.stride) == (expected.shape[3], oc // 16, stride)
+    assert (conv.pixel_channels, conv.out_block) == (in_block, out_block)
+    assert conv.taps == (kernel if in_block == STEM_DATA_BLOCK else 4 if in_block == 16 else 1)
+    assert {b.depth for b in conv.blocks()} == {in_block * conv.taps}
+    if out_block == 64:
+        assert {b.n_tiles for b in conv.blocks()} <= {1, 2, 4}
+    assert [b.n_tiles for b in amx_blocks(7, 12, out_block=64)] == [1, 2, 4]
+    assert [b.n_tiles for b in amx_blocks(7, 12)] == [1, 2, 3, 4]
+
+
 def test_the_space_needs_amx_int8_on_the_target() -> None:
     space = next(s for s in SPACES if isinstance(s, Int8AmxConvSpace))
     assert space.available(make_target(SAPPHIRE_RAPIDS))
@@ -245,6 +279,19 @@ def test_the_space_needs_amx_int8_on_the_target() -> None:
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_amx_kernel_equals_the_integer_reference(name: str) -> None:
     mod, args, expected = amx_case(name)
+    for design in designs(mod):
+        sch = Schedule(mod)
+        schedule_amx_conv(sch, design)
+        np.testing.assert_array_equal(
+            from_blocked(run(sch.mod, args)), expected, err_msg=f"{design}"
+        )
+
+
+@needs_amx
+@pytest.mark.parametrize("name", list(TILE_BLOCK_CONFIGS))
+def test_64_channel_blocks_kernel_equals_the_integer_reference(name: str) -> None:
+    mod, args, expected = amx_case(name)
+    np.testing.assert_array_equal(from_blocked(run(mod, args)), expected)  # unscheduled
     for design in designs(mod):
         sch = Schedule(mod)
         schedule_amx_conv(sch, design)
