@@ -10,6 +10,10 @@ task of the kernel's parallel loops (``denormals.py`` made them one chunk per ta
 runs after it), or of the function when it has none. A function that calls two configurations
 keeps its calls where they are.
 
+A task keeps the configuration its thread had (on its stack) and loads it back at its end
+(``amx.keep_functions``): onnxruntime's AMX kernels, run after ours on the same thread, trust
+the configuration they loaded once.
+
 Each configuration is LLVM IR, attached once per function with TVM's ``pragma_import_llvm`` (as
 ``bf16_dot.py`` links its wrapper), then inlined by LLVM.
 """
@@ -22,8 +26,9 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from ..ops.amx import is_tile_config, tile_config_ir
+from ..ops.amx import is_tile_config, keep_functions, tile_config_ir
 from .bf16_dot import IMPORT_LLVM
+from .stack_locals import STACK_ANNOTATION
 
 
 def _config_name(stmt: tirx.Evaluate) -> str | None:
@@ -93,14 +98,64 @@ def _configured_per_task(body: tirx.Stmt, name: str) -> tirx.Stmt:
     return tvm_ffi.structural_map(body, (tirx.For, on_for))
 
 
+#: Bytes of a tile configuration (``ldtilecfg``'s operand).
+CONFIG_BYTES = 64
+
+
+def _kept(body: tirx.Stmt, config: str) -> tirx.Stmt:
+    """``body`` between storing the thread's tile configuration on the stack and loading it
+    back (``amx.keep_functions``, linked with ``config``)."""
+    kept = tirx.decl_buffer((CONFIG_BYTES,), "uint8", name="amx_kept", scope="local")
+    keep, restore = keep_functions(config)
+    return tirx.SeqStmt(
+        [
+            tirx.AllocBuffer(kept, {STACK_ANNOTATION: tirx.const(1, "bool")}),
+            tirx.Evaluate(tirx.call_extern("int32", keep, kept.data)),
+            body,
+            tirx.Evaluate(tirx.call_extern("int32", restore, kept.data)),
+        ]
+    )
+
+
+def _kept_per_task(body: tirx.Stmt, configs: list[str]) -> tirx.Stmt:
+    """``body`` with the thread's tile configuration kept and loaded back around every parallel
+    task that configures tiles, or around itself when no parallel loop does."""
+
+    def configures(stmt: tirx.Stmt) -> bool:
+        found: list[bool] = []
+
+        def on_evaluate(evaluate: tirx.Evaluate) -> None:
+            if _config_name(evaluate) in configs:
+                found.append(True)
+
+        tvm_ffi.structural_walk(stmt, (tirx.Evaluate, on_evaluate))
+        return bool(found)
+
+    tasks: list[bool] = []
+
+    def on_for(loop: tirx.For) -> tirx.For:
+        if loop.kind != tirx.ForKind.PARALLEL or not configures(loop.body):
+            return loop
+        tasks.append(True)
+        return tirx.For(
+            loop.loop_var, loop.min, loop.extent, loop.kind, _kept(loop.body, configs[0]),
+            loop.thread_binding, loop.annotations,
+        )  # fmt: skip
+
+    body = tvm_ffi.structural_map(body, (tirx.For, on_for))
+    return body if tasks else _kept(body, configs[0])
+
+
 def configure_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with its tile configuration once per task and the configurations' IR attached."""
+    """``func`` with its tile configuration once per task, the thread's own configuration back
+    at each task's end, and the configurations' IR attached."""
     configs = _tile_configs(func)
     if not configs:
         return func
     body = func.body
     if len(configs) == 1:
         body = _configured_per_task(body, configs[0])
+    body = _kept_per_task(body, configs)
     for name in configs:
         ir_text = tile_config_ir(name)
         body = tirx.AttrStmt(tirx.const(0, "int32"), IMPORT_LLVM, ir.StringImm(ir_text), body)

@@ -138,8 +138,10 @@ def _registered(name: str) -> bool:
 
 def _tile_config_ir(name: str, rows: int, k: int) -> str:
     """LLVM IR of ``name``: ask once for the tile state, then load the tile configuration
-    (palette 1; accumulators ``rows`` × 64 bytes, inputs ``rows`` × ``k``, weights ``k/4`` × 64)."""
+    (palette 1; accumulators ``rows`` × 64 bytes, inputs ``rows`` × ``k``, weights ``k/4`` ×
+    64); and of its keep and restore functions (:func:`keep_functions`)."""
     flag = f"@{name}_granted"
+    keep, restore = keep_functions(name)
     weight = (k // 4, _WEIGHT_ROW_BYTES)
     tiles = [(rows, 64)] * MAX_ACCUMULATORS + [(rows, k)] * _INPUT_TILES + [weight] * 2
     stores = []
@@ -154,7 +156,18 @@ def _tile_config_ir(name: str, rows: int, k: int) -> str:
     return f"""{flag} = internal global i32 0
 declare i64 @syscall(i64, ...)
 declare void @llvm.x86.ldtilecfg(ptr)
+declare void @llvm.x86.sttilecfg(ptr)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+define internal i32 @{keep}(ptr %kept) alwaysinline {{
+entry:
+  call void @llvm.x86.sttilecfg(ptr %kept)
+  ret i32 0
+}}
+define internal i32 @{restore}(ptr %kept) alwaysinline {{
+entry:
+  call void @llvm.x86.ldtilecfg(ptr %kept)
+  ret i32 0
+}}
 define internal i32 @{name}() alwaysinline {{
 entry:
   %cfg = alloca [64 x i8], align 64
@@ -173,6 +186,19 @@ configure:
   ret i32 0
 }}
 """
+
+
+def keep_functions(config: str) -> tuple[str, str]:
+    """The functions linked with tile configuration ``config`` that store the thread's tile
+    configuration into a 64-byte buffer (``sttilecfg``; zeros: the tiles' initial state) and
+    load it back from there.
+
+    onnxruntime's AMX kernels load their configuration once per thread and trust it after:
+    run in one process after one of ours (the job's comparison with onnxruntime, or a user's
+    program that runs both), its next ``tdpbusd`` met our tile shapes and died of SIGILL
+    (Emerald Rapids VM, 2026-12-06). So each parallel task of ours keeps the configuration it
+    found and loads it back at its end (``schedules/lowering/amx_tiles.py``)."""
+    return f"{config}_keep", f"{config}_restore"
 
 
 def tile_config_ir(name: str) -> str | None:
@@ -389,6 +415,7 @@ __all__ = [
     "PRODUCTS",
     "AmxBlock",
     "is_tile_config",
+    "keep_functions",
     "tile_config_ir",
     "tile_rows",
 ]

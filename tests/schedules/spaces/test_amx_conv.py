@@ -322,11 +322,12 @@ def _assembly(name: str, design: AmxDesign, fmt: DotFormat = INT8) -> str:
 def test_the_kernel_is_tdpbusd_with_the_tiles_configured_once_per_task() -> None:
     """Compiled for Sapphire Rapids (on any host): four ``tdpbusd`` per reduction step of a
     2×2 block, the accumulators zeroed and stored, and one ``ldtilecfg`` in the parallel task
-    (not one per register block: it costs 100 ns, a tenth of a 56×56 conv's time)."""
+    (not one per register block: it costs 100 ns, a tenth of a 56×56 conv's time), and the
+    thread's own configuration stored before it and loaded back after the task."""
     asm = _assembly("3x3-two-pixel-tiles", AmxDesign(AmxBlock(14, 2, 2, 1, 4), False))
     assert asm.count("tdpbusd") >= 4
     assert asm.count("tilestored") >= 4 and asm.count("tilezero") >= 4
-    assert asm.count("ldtilecfg") == 1
+    assert asm.count("ldtilecfg") == 2 and asm.count("sttilecfg") == 1
 
 
 def test_the_bf16_kernel_is_tdpbf16ps() -> None:
@@ -334,7 +335,7 @@ def test_the_bf16_kernel_is_tdpbf16ps() -> None:
     ``tdpbf16ps`` per accumulator, no ``tdpbusd``."""
     asm = _assembly("3x3-pad1", AmxDesign(AmxBlock(10, 1, 2, 1, 2, BF16), False), BF16)
     assert asm.count("tdpbf16ps") >= 2 and "tdpbusd" not in asm
-    assert asm.count("tilestored") >= 2 and asm.count("ldtilecfg") == 1
+    assert asm.count("tilestored") >= 2 and asm.count("ldtilecfg") == 2
 
 
 def test_the_tile_configuration_asks_linux_for_the_tiles_once() -> None:
