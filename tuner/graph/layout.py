@@ -74,6 +74,7 @@ from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle, shuffled_position
 from .reciprocal_quantize import legalize_quantize
+from .rewrite import static_shape
 from .tile_blocks import TILE_BLOCK, tile_blocked_counts
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
@@ -254,13 +255,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _shape(expr: Expr) -> tuple[int, ...] | None:
     """Static shape of a tensor expression, None when unknown or symbolic."""
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, AttributeError):
-        return None
+    return static_shape(expr.ty)
 
 
 def _scalar(expr: Expr) -> bool:

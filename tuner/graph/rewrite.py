@@ -13,6 +13,16 @@ def is_op_call(expr: Expr | None, name: str) -> bool:
     return isinstance(expr, Call) and isinstance(expr.op, Op) and str(expr.op.name) == name
 
 
+def static_shape(ty: object) -> tuple[int, ...] | None:
+    """The static shape of a tensor type (``expr.ty``), None when unknown or symbolic."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, AttributeError):
+        return None
+
+
 def rewrite_functions(rewriter: PyExprMutator, mod: IRModule) -> IRModule:
     """``mod`` with each Relax function replaced by ``rewriter``'s visit of it (``rewriter`` was
     built on ``mod``); TIR functions are kept as they are."""

@@ -29,6 +29,8 @@ from convtune.schedules.ops.amx import tile_rows
 from convtune.schedules.ops.amx_conv import amx_refusal, stem_refusal
 from convtune.schedules.ops.dot_conv import INT8
 
+from .rewrite import static_shape
+
 #: Channels of a tile-wide block: a 64-byte tile row of u8.
 TILE_BLOCK = 64
 
@@ -38,7 +40,7 @@ _CHANNEL_CUTS = frozenset(Op.get(f"relax.{name}") for name in ("concat", "split"
 
 
 def _static(expr: relax.Expr) -> tuple[int, ...] | None:
-    return _static_type(expr.ty)
+    return static_shape(expr.ty)
 
 
 def _amx_roles(call: relax.Call) -> tuple[bool, bool]:
@@ -98,21 +100,12 @@ def _channel_counts(call: relax.Call) -> set[int]:
         *_fields(call.args[0].ty),  # Concat's tuple, or the tensor a Split or slice cuts
         *_fields(call.ty),
     ]
-    shapes = [_static_type(ty) for ty in types]
+    shapes = [static_shape(ty) for ty in types]
     return {shape[1] for shape in shapes if shape is not None and len(shape) == 4}
 
 
 def _fields(ty: object) -> list[object]:
     return list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
-
-
-def _static_type(ty: object) -> tuple[int, ...] | None:
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, AttributeError):
-        return None
 
 
 __all__ = ["TILE_BLOCK", "tile_blocked_counts"]
