@@ -39,16 +39,16 @@ def _config_name(stmt: tirx.Evaluate) -> str | None:
     return None
 
 
-def _tile_configs(func: tirx.PrimFunc) -> list[str]:
-    """The distinct tile configurations ``func`` calls, in order."""
+def _config_calls(stmt: tirx.Stmt) -> list[str]:
+    """The tile configuration of every configuration call in ``stmt``, in order."""
     found: list[str] = []
 
-    def on_evaluate(stmt: tirx.Evaluate) -> None:
-        name = _config_name(stmt)
-        if name is not None and name not in found:
+    def on_evaluate(evaluate: tirx.Evaluate) -> None:
+        name = _config_name(evaluate)
+        if name is not None:
             found.append(name)
 
-    tvm_ffi.structural_walk(func.body, (tirx.Evaluate, on_evaluate))
+    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, on_evaluate))
     return found
 
 
@@ -61,14 +61,7 @@ def _configured_per_task(body: tirx.Stmt, name: str) -> tirx.Stmt:
         return tirx.Evaluate(tirx.const(0, "int32")) if _config_name(stmt) == name else stmt
 
     def calls(stmt: tirx.Stmt) -> int:
-        found: list[bool] = []
-
-        def on_evaluate(evaluate: tirx.Evaluate) -> None:
-            if _config_name(evaluate) == name:
-                found.append(True)
-
-        tvm_ffi.structural_walk(stmt, (tirx.Evaluate, on_evaluate))
-        return len(found)
+        return _config_calls(stmt).count(name)
 
     # Which parallel loops use tiles is read before the calls go (a prologue's loops do not).
     tiled: list[tirx.Var] = []
@@ -117,45 +110,35 @@ def _kept(body: tirx.Stmt, config: str) -> tirx.Stmt:
     )
 
 
-def _kept_per_task(body: tirx.Stmt, configs: list[str]) -> tirx.Stmt:
+def _kept_per_task(body: tirx.Stmt, config: str) -> tirx.Stmt:
     """``body`` with the thread's tile configuration kept and loaded back around every parallel
-    task that configures tiles, or around itself when no parallel loop does."""
-
-    def configures(stmt: tirx.Stmt) -> bool:
-        found: list[bool] = []
-
-        def on_evaluate(evaluate: tirx.Evaluate) -> None:
-            if _config_name(evaluate) in configs:
-                found.append(True)
-
-        tvm_ffi.structural_walk(stmt, (tirx.Evaluate, on_evaluate))
-        return bool(found)
-
+    task that configures tiles, or around itself when no parallel loop does (the functions
+    linked with ``config``, one of the configurations it calls)."""
     tasks: list[bool] = []
 
     def on_for(loop: tirx.For) -> tirx.For:
-        if loop.kind != tirx.ForKind.PARALLEL or not configures(loop.body):
+        if loop.kind != tirx.ForKind.PARALLEL or not _config_calls(loop.body):
             return loop
         tasks.append(True)
         return tirx.For(
-            loop.loop_var, loop.min, loop.extent, loop.kind, _kept(loop.body, configs[0]),
+            loop.loop_var, loop.min, loop.extent, loop.kind, _kept(loop.body, config),
             loop.thread_binding, loop.annotations,
         )  # fmt: skip
 
     body = tvm_ffi.structural_map(body, (tirx.For, on_for))
-    return body if tasks else _kept(body, configs[0])
+    return body if tasks else _kept(body, config)
 
 
 def configure_tiles(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with its tile configuration once per task, the thread's own configuration back
     at each task's end, and the configurations' IR attached."""
-    configs = _tile_configs(func)
+    configs = list(dict.fromkeys(_config_calls(func.body)))  # distinct, in order
     if not configs:
         return func
     body = func.body
     if len(configs) == 1:
         body = _configured_per_task(body, configs[0])
-    body = _kept_per_task(body, configs)
+    body = _kept_per_task(body, configs[0])
     for name in configs:
         ir_text = tile_config_ir(name)
         body = tirx.AttrStmt(tirx.const(0, "int32"), IMPORT_LLVM, ir.StringImm(ir_text), body)

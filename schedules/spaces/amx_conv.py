@@ -151,16 +151,17 @@ def _tiled(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
     return (n, c, h, w, b // AMX_N, b % AMX_N)
 
 
+def _tiled_copy(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
+    """The output copy's iterators with the block's tiles as one of them, before the pixels
+    (the intrinsics' order: chunk, pixel, lane)."""
+    return (n, c, b // AMX_N, h, w, b % AMX_N)
+
+
 def _tiled_iterators(
     n: Any, c: Any, h: Any, w: Any, b: Any, ic: Any, kh: Any, step: Any, row: Any, lane: Any
 ) -> tuple[Any, ...]:
-    """The conv block's iterators with its output block's tiles as one of them, before the
-    pixels (the intrinsics' order: chunk, pixel, lane)."""
-    return (n, c, b // AMX_N, h, w, b % AMX_N, ic, kh, step, row, lane)
-
-
-def _tiled_copy(n: Any, c: Any, h: Any, w: Any, b: Any) -> tuple[Any, ...]:
-    return (n, c, b // AMX_N, h, w, b % AMX_N)
+    """The conv block's iterators: :func:`_tiled_copy`'s, then the reduction's."""
+    return (*_tiled_copy(n, c, h, w, b), ic, kh, step, row, lane)
 
 
 @dataclass(frozen=True)

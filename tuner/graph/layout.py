@@ -1101,14 +1101,15 @@ def plan_blocked_layout(
     ``ConvBlockingError`` naming the conv whose rewrite failed; callers retry without it.
     """
     lanes = vector_lanes(target)
+    amx = amx_precisions(target)
     plan = LayoutPlan(
         lanes=lanes,
         full_width_fma=full_width_fma(target),
-        amx=amx_precisions(target),
+        amx=amx,
         forced_nchw=dict(forced_nchw or {}),
         winograd_tiles=dict(winograd_tiles or {}),
         half_blocked=sorted(half_blocked_counts(mod, lanes)),
-        tile_blocked=sorted(tile_blocked_counts(mod, amx_precisions(target))),
+        tile_blocked=sorted(tile_blocked_counts(mod, amx)),
     )
     rewriter = _BlockingMutator(mod, plan, frozenset(plan.forced_nchw))
     try:

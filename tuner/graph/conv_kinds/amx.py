@@ -80,15 +80,15 @@ class AmxKind(ConvKind):
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         assert operands.data_block in data_blocks(self.fmt)
-        return amx_call(bb, operands, site, self.fmt, operands.data_block)
+        return amx_call(bb, operands, site, self.fmt)
 
 
-def amx_call(
-    bb: BlockBuilder, operands: ConvOperands, site: ConvSite, fmt: DotFormat, block: int
-) -> Expr:
-    """The AMX op of ``fmt`` on ``operands.data`` (``NCHW{block}c``) with the site's weight
-    packed, ``NCHW{operands.out_block}c`` out."""
+def amx_call(bb: BlockBuilder, operands: ConvOperands, site: ConvSite, fmt: DotFormat) -> Expr:
+    """The AMX op of ``fmt`` on ``operands.data`` (``NCHW{operands.data_block}c``) with the
+    site's weight packed, ``NCHW{operands.out_block}c`` out."""
     attrs = site.attrs
+    block = operands.data_block
+    assert block is not None
     return bb.call_te(
         conv2d_nchwc_amx,
         operands.data,
@@ -140,7 +140,8 @@ class AmxStemKind(ConvKind):
 
     def build(self, bb: BlockBuilder, site: ConvSite, operands: ConvOperands) -> Expr:
         pixels = stem_pixels(bb, operands.data, site.x_shape)
-        return amx_call(bb, replace(operands, data=pixels), site, self.fmt, STEM_DATA_BLOCK)
+        stem = replace(operands, data=pixels, data_block=STEM_DATA_BLOCK)
+        return amx_call(bb, stem, site, self.fmt)
 
 
 class Int8AmxStemKind(AmxStemKind):
