@@ -56,6 +56,26 @@ def split_net() -> onnx.ModelProto:
     return g.model([1, 64, 16, 16], "conv_c")
 
 
+def classifier_net() -> onnx.ModelProto:
+    """``x[1,64,8,8]`` → conv_a 3×3 64→64 → ReLU → conv_b 1×1 64→128 → ReLU → conv_c 1×1
+    128→128 → ReLU → GlobalAveragePool → Flatten → Gemm 128→10 → ``y[1,10]``: ResNet's tail,
+    whose Gemm the QDQ rewrite makes a VNNI conv of one pixel (10 classes padded to 64)."""
+    g = _Graph()
+    a = g.op("Relu", [g.conv("x", "conv_a", 64, 64, 3)], "relu_a")
+    b = g.op("Relu", [g.conv(a, "conv_b", 64, 128, 1)], "relu_b")
+    c = g.op("Relu", [g.conv(b, "conv_c", 128, 128, 1)], "relu_c")
+    flat = g.op("Flatten", [g.op("GlobalAveragePool", [c], "pool")], "flat")
+    weight = g.rng.standard_normal((10, 128)) / np.sqrt(128)
+    g.inits.append(onnx.numpy_helper.from_array(weight.astype(np.float32), "fc.w"))
+    g.nodes.append(onnx.helper.make_node("Gemm", [flat, "fc.w"], ["y"], transB=1))
+    return g.model([1, 64, 8, 8], "y")
+
+
+@pytest.fixture(scope="module")
+def classifier_qdq() -> onnx.ModelProto:
+    return quantize_qdq(classifier_net())
+
+
 @pytest.fixture(scope="module")
 def wide_qdq() -> onnx.ModelProto:
     return quantize_qdq(wide_net())
@@ -97,6 +117,44 @@ def test_the_plan_holds_them_in_64_channel_blocks_on_amx_only(wide_qdq) -> None:
     zen4 = model_for_target(ingested, make_target(ZEN4)).plan
     assert zen4 is not None and zen4.tile_blocked == []
     assert {c.layout for c in zen4.convs} == {"NCHW16c"}
+
+
+def test_a_classifier_of_one_pixel_reads_and_writes_tile_blocked_counts(classifier_qdq) -> None:
+    """The classifier's VNNI conv reads 128 channels and writes 64 (10 padded), both at one
+    pixel: it takes no part in the choice, and gets its 16-channel blocks by reshapes."""
+    ingested = load_model(models.to_bytes(classifier_qdq))
+    relaxed = to_relax(ingested, make_target(SAPPHIRE_RAPIDS)).mod
+    assert tile_blocked_counts(relaxed, ("int8",)) == {64, 128}
+    plan = model_for_target(ingested, make_target(SAPPHIRE_RAPIDS)).plan
+    assert plan is not None and plan.tile_blocked == [64, 128]
+    layouts = [(c.layout, c.reason) for c in plan.convs]
+    amx, vnni = "u8×s8→s32 (AMX tiles)", "u8×s8→s32 (VNNI)"
+    assert layouts == [
+        ("NCHW64c", amx),
+        ("NCHW64c", amx),
+        ("NCHW64c", amx),
+        ("NCHW16c→NCHW64c", vnni),
+    ]
+    # The model's input into blocks; the pooled pixel out of them (Flatten) and back (for the
+    # classifier); the padded classes out. Between 64- and 16-channel blocks: reshapes only.
+    assert plan.transforms == 4
+
+
+@pytest.mark.skipif(
+    not has_amx_int8(make_target(None)), reason="the host CPU has no AMX-INT8: no tile blocks"
+)
+def test_untuned_classifier_with_tile_blocks_matches_onnxruntime(
+    classifier_qdq, tmp_path: Path
+) -> None:
+    ingested = load_model(models.to_bytes(classifier_qdq))
+    so_path = compile_untuned(ingested, make_target(None), tmp_path)
+    feeds = models.random_inputs(classifier_qdq, seed=1)
+    (ours,) = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = _onnxruntime_unoptimized(classifier_qdq, feeds)
+    assert ours.shape == reference.shape == (1, 10)
+    steps = np.abs(ours.astype(np.float64) - reference) / _output_step(classifier_qdq)
+    assert steps.max() <= 1.001, steps
+    assert len(np.unique(ours)) > 5  # not all clamped
 
 
 @pytest.mark.skipif(

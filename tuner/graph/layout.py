@@ -75,7 +75,7 @@ from .lrn import blocked_lrn_call, lrn_params
 from .pixel_shuffle import CHANNEL_SHUFFLE_AXES, ChannelShuffle, Shuffle, shuffled_position
 from .reciprocal_quantize import legalize_quantize
 from .rewrite import static_shape
-from .tile_blocks import TILE_BLOCK, tile_blocked_counts
+from .tile_blocks import TILE_BLOCK, one_pixel, tile_blocked_counts
 from .topi_pad import constant_pad
 from .wide_means import legalize_mean
 
@@ -395,6 +395,14 @@ class _BlockingMutator(PyExprMutator):
     def _block(self, channels: int) -> int | None:
         return channel_block(channels, self.lanes, self.half_blocked, self.tile_blocked)
 
+    def _kernel_block(self, channels: int, at_one_pixel: bool) -> int | None:
+        """The block a conv's kernel reads or writes ``channels`` in: the block its tensors are
+        held in, except at one pixel (``tile_blocks.one_pixel``), where the kernel takes the
+        register-wide block and a reshape joins it to the held one."""
+        if at_one_pixel:
+            return channel_block(channels, self.lanes, self.half_blocked)
+        return self._block(channels)
+
     def _known_block(self, channels: int) -> int:
         """The block of a tensor this pass has already blocked (so its channels have one)."""
         block = self._block(channels)
@@ -647,7 +655,7 @@ class _BlockingMutator(PyExprMutator):
         entry.computed_in_channels = kind.computed_in_channels(site)
         dot = format_of_data(str(site.call.args[0].ty.dtype))
         entry.precision = dot.precision if dot is not None else "fp32"
-        in_layout = f"NCHW{self._block(entry.in_channels)}c" if kind.reads_blocked else "NCHW"
+        in_layout = f"NCHW{site.in_block}c" if kind.reads_blocked else "NCHW"
         out_layout = f"NCHW{self.blocked[var].block}c" if kind.writes_blocked else "NCHW"
         if not (kind.reads_blocked or kind.writes_blocked):
             # NCHW on both sides of a blocked kernel (the padded stem): name the kernel's block.
@@ -672,13 +680,15 @@ class _BlockingMutator(PyExprMutator):
         if x_shape is None or w_shape is None:
             return None, "dynamic shape"
         data = call.args[0]
+        out_shape = _shape(call)
+        at_one_pixel = out_shape is not None and one_pixel(x_shape, out_shape)
         site = ConvSite(
             call=call,
             x_shape=x_shape,
             w_shape=w_shape,
             groups=groups,
-            in_block=self._block(x_shape[1]),
-            out_block=self._block(w_shape[0]),
+            in_block=self._kernel_block(x_shape[1], at_one_pixel),
+            out_block=self._kernel_block(w_shape[0], at_one_pixel),
             smallest=min(channel_blocks(self.lanes)),
             input_blocked=isinstance(data, relax.Var) and data in self.blocked,
             lanes=self.lanes,
@@ -692,12 +702,14 @@ class _BlockingMutator(PyExprMutator):
         call = site.call
         out_shape = _shape(call)
         assert out_shape is not None
-        out_block = self._block(kind.out_channels(site))
+        at_one_pixel = one_pixel(site.x_shape, out_shape)
+        out_block = self._kernel_block(kind.out_channels(site), at_one_pixel)
         assert out_block is not None
         if kind.reads_blocked:
             held = self._as_blocked(call.args[0])
-            assert held is not None
-            data, data_block = held.var, held.block
+            assert held is not None and site.in_block is not None
+            data = self._reblocked(held.var, held.block, site.in_block)
+            data_block: int | None = site.in_block
         else:
             data, data_block = self.visit_expr(call.args[0]), None
         weight = call.args[1]
@@ -705,6 +717,9 @@ class _BlockingMutator(PyExprMutator):
             weight = self.visit_expr(weight)
         operands = ConvOperands(data, data_block, weight, out_block, tile)
         built = kind.build(self.builder_, site, operands)
+        if kind.writes_blocked and at_one_pixel:
+            held_block = self._known_block(out_shape[1])
+            built = self._reblocked(self.builder_.emit(built), out_block, held_block)
         if kind.writes_blocked:
             self._emit_blocked(var, built, out_shape[1])
         else:
@@ -1005,9 +1020,14 @@ class _BlockingMutator(PyExprMutator):
         return self._emit_blocked(var, whole, out_shape[1])
 
     def _reblocked(self, value: Expr, block: int, new_block: int) -> Expr:
-        """A blocked ``value`` in NCHW{new_block}c (itself if ``block`` is that already)."""
+        """A blocked ``value`` in NCHW{new_block}c (itself if ``block`` is that already; a
+        reshape at one pixel, where both blocks are the same bytes)."""
         if block == new_block:
             return value
+        shape = static_shape(value.ty)
+        if shape is not None and shape[2:4] == (1, 1):
+            pixel = (shape[0], shape[1] * block // new_block, 1, 1, new_block)
+            return self.builder_.emit(relax.op.reshape(value, pixel))
         return self.builder_.emit(relax.op.layout_transform(value, reblock(block, new_block)))
 
     def _split(self, var: relax.Var, call: Call) -> bool | None:
