@@ -13,8 +13,8 @@ $(BIN)/convtune: pyproject.toml setup.py
 install: $(BIN)/convtune
 
 # Two pytest workers, a test file each at a time (module fixtures are built once): TVM compiles
-# one candidate on one thread, so the 2-core CI machine ran the suite in 62 minutes alone and
-# 44 with two workers (Emerald Rapids VM, 2026-12-07).
+# one candidate on one thread, so the 2-core CI machine ran the suite in 62 minutes in one
+# worker and 35 in two (AMX Xeon VM, 2026-12-07, a clean .ci/run).
 PYTEST := $(BIN)/python -m pytest -q -x --durations=15 -n 2 --dist loadfile
 
 test: install
