@@ -717,10 +717,10 @@ class _BlockingMutator(PyExprMutator):
             weight = self.visit_expr(weight)
         operands = ConvOperands(data, data_block, weight, out_block, tile)
         built = kind.build(self.builder_, site, operands)
-        if kind.writes_blocked and at_one_pixel:
-            held_block = self._known_block(out_shape[1])
-            built = self._reblocked(self.builder_.emit(built), out_block, held_block)
         if kind.writes_blocked:
+            if at_one_pixel:  # the kernel's block, reshaped to the one its tensors are held in
+                held_block = self._known_block(out_shape[1])
+                built = self._reblocked(self.builder_.emit(built), out_block, held_block)
             self._emit_blocked(var, built, out_shape[1])
         else:
             self._emit_nchw(var, built)
