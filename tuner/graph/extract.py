@@ -39,6 +39,7 @@ from convtune.schedules.ops.winograd_conv import is_winograd_nchwc, winograd_til
 from convtune.tuner.errors import UnsupportedOpError, error_line
 from convtune.tuner.graph.bf16 import bf16_convs
 from convtune.tuner.graph.denormals import flush_denormal_constants
+from convtune.tuner.graph.fake_quantize import fake_quantize_pass
 from convtune.tuner.graph.flops import node_flops, node_key, static_shapes
 from convtune.tuner.graph.ingest import IngestedModel
 from convtune.tuner.graph.inplace_concat import write_concats_in_place
@@ -227,12 +228,14 @@ def to_relax(
 
 def fusion_passes() -> list[tvm.transform.Pass]:
     """Lower and fuse, as TVM's ``compile_relax`` does before applying the database (large
-    means summed in fp64: :mod:`~convtune.tuner.graph.wide_means`), plus
-    :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` and
+    means summed in fp64: :mod:`~convtune.tuner.graph.wide_means`), after
+    :mod:`~convtune.tuner.graph.fake_quantize`'s quantize → dequantize pairs as float
+    arithmetic, plus :func:`~convtune.tuner.graph.lookup_tables.elementwise_table_lookups` and
     :func:`~convtune.tuner.graph.pad_pattern.padding_is_not_elementwise` after the pattern
     analysis; ``fuse`` (task extraction) and ``library.build_library`` share it, so task keys
     match."""
     return [
+        fake_quantize_pass,
         relax.transform.LegalizeOps(
             {"relax.mean": legalize_mean, "relax.quantize": legalize_quantize}
         ),

@@ -69,6 +69,7 @@ from convtune.schedules.ops.dot_conv import format_of_data
 from convtune.schedules.ops.isa import amx_precisions, full_width_fma, vector_lanes
 
 from .conv_kinds import CONV_KINDS, ConvKind, ConvOperands, ConvSite, base_kind, variants_of
+from .fake_quantize import fake_quantize_pairs
 from .inplace_concat import write_concats_in_place
 from .lookup_tables import is_table_lookup, legalize_table_lookup
 from .lrn import blocked_lrn_call, lrn_params
@@ -1223,8 +1224,10 @@ def _legalize_layout_transform(bb: BlockBuilder, call: Call, lanes: int) -> Expr
 
 def legalize(mod: IRModule, target: Target) -> IRModule:
     """Lower every op to TIR, the blocked conv2d with TOPI's ``conv2d_NCHWc``, transforms of
-    activations into and out of blocks as register transposes."""
+    activations into and out of blocks as register transposes, a quantize that only its
+    dequantize reads as float arithmetic (``fake_quantize.py``)."""
     lanes = vector_lanes(target)
+    mod, _ = fake_quantize_pairs(mod)
     with target:
         return relax.transform.LegalizeOps(
             {
