@@ -78,9 +78,15 @@ def random_task_args(task: IRModule, seed: int = 3) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     args: list[np.ndarray] = []
     floats = 0
-    for info in ArgInfo.from_prim_func(task["main"]):
+    infos = ArgInfo.from_prim_func(task["main"])
+    scalars = [i for i in infos if str(i.dtype) == "float32" and [int(d) for d in i.shape] == [1]]
+    # An output quantize only its dequantize reads (fake_quantize.py): 1/s, the clamp, s.
+    fake_quantize = iter((50.0, -40.0, 215.0, 0.02) if len(scalars) == 4 else ())
+    for info in infos:
         shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        if dtype == "uint8":
+        if info in scalars and (value := next(fake_quantize, None)) is not None:
+            args.append(np.full(shape, value, np.float32))
+        elif dtype == "uint8":
             args.append(rng.integers(0, 256, shape, dtype=np.uint8))
         elif dtype == "int8":
             args.append(rng.integers(-128, 128, shape, dtype=np.int8))
