@@ -27,23 +27,13 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule, Op
-from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rewrite import rewrite_functions
+from .rewrite import INTEGER_RANGES, rewrite_functions, scalar_value
 
 _QUANTIZE = Op.get("relax.quantize")
 _DEQUANTIZE = Op.get("relax.dequantize")
-_INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
-
-
-def _scalar(expr: Expr) -> float | None:
-    """The value of a one-element constant, or None."""
-    if not isinstance(expr, GenericConst):
-        return None
-    value = expr.value.numpy()
-    return value.item() if value.size == 1 else None
 
 
 def _f32(value: float) -> relax.Constant:
@@ -80,9 +70,9 @@ class _FakeQuantizeMutator(PyExprMutator):
 
     def _as_float(self, quantize: Call, dequantize: Call) -> Expr | None:
         data = quantize.args[0]
-        params = [_scalar(arg) for arg in (*quantize.args[1:], *dequantize.args[1:])]
+        params = [scalar_value(arg) for arg in (*quantize.args[1:], *dequantize.args[1:])]
         scale, zero, scale_back, zero_back = params
-        integer = _INTEGER_RANGES.get(str(quantize.attrs.out_dtype))
+        integer = INTEGER_RANGES.get(str(quantize.attrs.out_dtype))
         if (
             scale is None
             or zero is None

@@ -31,7 +31,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rewrite import is_op_call
+from .rewrite import INTEGER_RANGES, is_op_call
 
 _F32 = np.float32
 
@@ -58,7 +58,6 @@ _NUMPY: dict[str, Callable[..., np.ndarray]] = {
 _COSTLY = frozenset(
     {"relax.sigmoid", "relax.tanh", "relax.exp", "relax.nn.silu", "relax.divide", "relax.quantize"}
 )
-_RANGE = {"uint8": (0, 255), "int8": (-128, 127)}
 
 
 class _NotATable(Exception):
@@ -72,7 +71,7 @@ def _scalar(expr: Expr) -> np.ndarray:
 
 
 def _quantize(x: np.ndarray, scale: np.ndarray, zero: np.ndarray, dtype: str) -> np.ndarray:
-    low, high = _RANGE[dtype]
+    low, high = INTEGER_RANGES[dtype]
     q = np.round(x / scale.astype(_F32)) + _F32(zero)
     return np.clip(q, low, high).astype(dtype)
 
@@ -120,7 +119,7 @@ class _Chain:
     def _integers(self, expr: Expr) -> np.ndarray:
         """The 8-bit values of ``expr``: the leaf's 256, or a quantize inside the chain."""
         if isinstance(expr, relax.Var) and expr.same_as(self.leaf):
-            low, high = _RANGE[str(expr.ty.dtype)]
+            low, high = INTEGER_RANGES[str(expr.ty.dtype)]
             return np.arange(low, high + 1, dtype=np.int32)
         call = self.bindings.get(expr) if isinstance(expr, relax.Var) else expr
         if not is_op_call(call, "relax.quantize"):
@@ -128,7 +127,7 @@ class _Chain:
         assert isinstance(call, Call)
         self.ops.add("relax.quantize")
         dtype = str(call.attrs.out_dtype)
-        if dtype not in _RANGE:
+        if dtype not in INTEGER_RANGES:
             raise _NotATable
         inner = self.evaluate(call.args[0])
         scale, zero = _scalar(call.args[1]), _scalar(call.args[2])
@@ -143,7 +142,7 @@ def _sources(bindings: dict[relax.Var, Expr], expr: Expr, found: list[relax.Var]
         return
     if is_op_call(value, "relax.dequantize"):
         source = value.args[0]
-        if isinstance(source, relax.Var) and str(source.ty.dtype) in _RANGE:
+        if isinstance(source, relax.Var) and str(source.ty.dtype) in INTEGER_RANGES:
             if not any(source.same_as(v) for v in found):
                 found.append(source)
             _sources(bindings, source, found)
@@ -157,7 +156,7 @@ def _table(bindings: dict[relax.Var, Expr], call: Call) -> tuple[relax.Var, np.n
     """The 8-bit tensor and the table that replace the quantize ``call``, if it qualifies: of
     the tensors its chain could start from, the one bound first (the most work saved)."""
     dtype = str(call.attrs.out_dtype)
-    if dtype not in _RANGE or str(call.args[0].ty.dtype) != "float32":
+    if dtype not in INTEGER_RANGES or str(call.args[0].ty.dtype) != "float32":
         return None
     candidates: list[relax.Var] = []
     _sources(bindings, call.args[0], candidates)

@@ -20,24 +20,17 @@ from functools import partial
 
 from tvm import relax, tirx
 from tvm.ir import IRModule
-from tvm.ir.expr import GenericConst
 from tvm.relax import BlockBuilder, Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from convtune.schedules.ops.lrn import LrnParams, lrn_blocked, lrn_nchw
 
-from .rewrite import is_op_call, rewrite_functions
+from .rewrite import is_op_call, rewrite_functions, scalar_value
 
 #: The PrimFunc attribute holding an LRN kernel's parameters (JSON of :class:`LrnParams`).
 LRN_ATTR = "convtune.lrn"
 #: TVM's op pattern kOpaque: FuseOps fuses nothing into or after the kernel.
 OPAQUE = 8
-
-
-def _scalar(expr: Expr) -> float | None:
-    if isinstance(expr, GenericConst) and expr.value.numpy().size == 1:
-        return float(expr.value.numpy().reshape(()))
-    return None
 
 
 #: The ops from the divide's denominator back to the square, each its predecessor's first operand.
@@ -71,7 +64,11 @@ def match_lrn(bindings: dict[relax.Var, Expr], divide: Call) -> tuple[Expr, LrnP
         return None
     if len(getattr(x.ty, "shape", ())) != 4 or str(x.ty.dtype) != "float32":
         return None
-    beta, bias, alpha = _scalar(power.args[1]), _scalar(add.args[1]), _scalar(scale.args[1])
+    beta, bias, alpha = (
+        scalar_value(power.args[1]),
+        scalar_value(add.args[1]),
+        scalar_value(scale.args[1]),
+    )
     if beta is None or bias is None or alpha is None:
         return None
     attrs = pool.attrs
