@@ -76,11 +76,12 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.space_generator import ScheduleFn, SpaceGenerator
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
-from tvm.tirx import IterVar
+from tvm.tirx import FloorDiv, FloorMod, IterVar, Var
 
 from ..ops.annotations import mark_space
 from ..ops.epilogue import inline_into_last
 from ..ops.isa import accumulator_limit, vector_lanes
+from ..ops.matmul import PANEL_ROWS, vector_width
 from ..ops.nchwc import accumulate_locally, design_copies, epilogue_at
 from ..ops.rows import parallel_rows
 from .base import ScheduleSpace
@@ -90,8 +91,6 @@ SPACE_NAME = "matmul-regblock"
 #: columns); with ``r`` rows they make ``r·v`` of the accumulator registers, and ``v`` weight
 #: vectors plus a broadcast must fit beside them.
 COLUMN_VECTORS = (1, 2, 3, 4, 5, 6)
-#: Rows of output (batch axes included) up to which the column-panel design is offered.
-PANEL_ROWS = 4
 #: Panels of columns the column-panel design samples from (a multiple of the threads of a
 #: two-core machine first: one panel per thread was the fastest there).
 PANEL_COUNTS = (2, 4, 8, 16)
@@ -123,7 +122,7 @@ def matmul_block(sch: Schedule) -> tuple[SBlockRV, list[SBlockRV]] | None:
         return None
     a, b = (region.region for region in first.reads)
     (c,) = (region.region for region in first.writes)
-    if not (_ends_with(a, i, k) and _ends_with(b, k, j) and _ends_with(c, i, j)):
+    if not (_ends_with(a, i, k) and _reads_columns(b, k, j) and _ends_with(c, i, j)):
         return None
     return blocks[0], blocks[1:]
 
@@ -134,6 +133,23 @@ def _ends_with(region: list, outer: object, inner: object) -> bool:
         and region[-2].min.same_as(outer)
         and region[-1].min.same_as(inner)
         and all(int(r.extent) == 1 for r in region)
+    )
+
+
+def _reads_columns(region: list, k: Var, j: Var) -> bool:
+    """Whether ``region`` reads ``B[…, k, j]``, or ``B_packed[j // w, k, j % w]``
+    (``ops/matmul.py``)."""
+    if _ends_with(region, k, j):
+        return True
+    if len(region) != 3 or any(int(r.extent) != 1 for r in region):
+        return False
+    panel, depth, lane = (r.min for r in region)
+    return (
+        isinstance(panel, FloorDiv)
+        and isinstance(lane, FloorMod)
+        and panel.a.same_as(j)
+        and lane.a.same_as(j)
+        and depth.same_as(k)
     )
 
 
@@ -152,12 +168,6 @@ def _columns(mod: IRModule) -> int | None:
     """The output columns (``j``'s extent) of the task's matmul block; None if it has none."""
     extents = _extents(mod)
     return None if extents is None else extents[1]
-
-
-def vector_width(columns: int, lanes: int) -> int | None:
-    """The vector (``lanes``, or half of it if that is still 8 lanes) whose whole number
-    ``columns`` is, widest first; None if neither divides them."""
-    return next((w for w in (lanes, lanes // 2) if w >= 8 and columns % w == 0), None)
 
 
 def _matmul_and_output(sch: Schedule) -> tuple[SBlockRV, SBlockRV | None]:

@@ -9,6 +9,10 @@ Xeon). With the constant weight padded once at build time by zero columns to 18,
 back to ``N`` columns is a copy of the output, fused after the product where FuseOps can. A
 weight that is not a constant (attention's ``Q @ Kᵀ``) is left as it is: padding it would
 cost a copy per call.
+
+A product of more than ``PANEL_ROWS`` rows also gets its constant weight packed panel-major
+(``schedules/ops/matmul.py``), one vector of columns contiguous over the whole reduction, and
+is computed by that op's TE kernel instead of the frontend's ``matmul``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rewrite import rewrite_functions
+from convtune.schedules.ops.matmul import (
+    PANEL_ROWS,
+    pack_columns,
+    packed_matmul,
+    vector_width,
+)
+
+from .rewrite import rewrite_functions, static_shape
 
 _MATMUL = Op.get("relax.matmul")
 
@@ -59,6 +70,7 @@ class _MatmulPadder(PyExprMutator):
         super().__init__(mod)
         self.lanes = lanes
         self.padded = 0
+        self.packed = 0
 
     def visit_call_(self, call: Call) -> Expr:
         call = super().visit_call_(call)
@@ -69,20 +81,43 @@ class _MatmulPadder(PyExprMutator):
             return call
         columns = weight.shape[1]
         padded = padded_columns(columns, self.lanes)
+        # Whole columns: the weight itself (np.pad copies even when it adds nothing, and a
+        # classifier's weight is hundreds of MB).
+        wide = weight if padded == columns else np.pad(weight, ((0, 0), (0, padded - columns)))
+        product = self._packed(call.args[0], wide, str(call.ty.dtype))
         if padded == columns:
-            return call
+            return call if product is None else product
+        if product is None:
+            product = relax.op.matmul(
+                call.args[0], relax.const(wide, "float32"), out_dtype=call.attrs.out_dtype
+            )
         self.padded += 1
-        wide = np.pad(weight, ((0, 0), (0, padded - columns)))
-        product = relax.op.matmul(
-            call.args[0], relax.const(wide, "float32"), out_dtype=call.attrs.out_dtype
-        )
         axis = len(call.ty.shape) - 1
         return relax.op.strided_slice(product, [axis], [0], [columns], assume_inbound=True)
+
+    def _packed(self, data: Expr, weight: np.ndarray, out_dtype: str) -> Expr | None:
+        """``data @ weight`` on the weight packed panel-major, if it has more than
+        ``PANEL_ROWS`` rows of fp32 and whole vectors of columns; else None."""
+        shape = static_shape(data.ty)
+        width = vector_width(weight.shape[1], self.lanes)
+        if (
+            shape is None
+            or len(shape) < 2
+            or int(np.prod(shape[:-1])) <= PANEL_ROWS
+            or width is None
+            or str(data.ty.dtype) != "float32"
+            or out_dtype != "float32"
+        ):
+            return None
+        self.packed += 1
+        packed = relax.const(pack_columns(weight, width), "float32")
+        return self.builder_.call_te(packed_matmul, data, packed, primfunc_name_hint="matmul")
 
 
 def pad_matmul_columns(mod: IRModule, lanes: int) -> tuple[IRModule, int]:
     """``mod`` (after constant folding) with each constant-weight fp32 MatMul padded to whole
-    vectors of ``lanes`` columns, and how many were."""
+    vectors of ``lanes`` columns and, above ``PANEL_ROWS`` rows, packed; and how many were
+    padded."""
     padder = _MatmulPadder(mod, lanes)
     padded = rewrite_functions(padder, mod)
-    return (padded, padder.padded) if padder.padded else (mod, 0)
+    return (padded, padder.padded) if padder.padded or padder.packed else (mod, 0)

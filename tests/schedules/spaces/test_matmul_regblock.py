@@ -9,18 +9,22 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tvm import s_tir
+from tvm.tirx import FloorDiv
 
 from convtune.schedules.ops.isa import accumulator_limit, vector_lanes
+from convtune.schedules.ops.matmul import vector_width
 from convtune.schedules.spaces.matmul_regblock import (
     SPACE_NAME,
     MatmulSpace,
     design_spaces,
+    matmul_block,
     panel_counts,
     split_counts,
 )
 from convtune.schedules.spaces.registry import applicable, space_of
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.graph.matmul_padding import padded_columns
 from convtune.tuner.target import make_target
 from tests import models
 from tests.schedules.kernels import assert_close, postprocessed_designs, random_args, run
@@ -117,6 +121,35 @@ def test_the_generated_designs_pass_metaschedules_postprocessors(tasks: list) ->
             assert_close(run(design.mod, args), reference)
 
 
+def _weight_read(task) -> tuple[tuple[int, ...], bool]:
+    """The shape of what the task's matmul block reads as its right operand, and whether it
+    reads it packed (``B[j // w, k, j % w]``)."""
+    sch = s_tir.Schedule(task.mod)
+    found = matmul_block(sch)
+    assert found is not None
+    read = sch.get(found[0]).reads[1]
+    packed = isinstance(read.region[0].min, FloorDiv)
+    return tuple(int(d) for d in read.source.shape), packed
+
+
+def test_products_of_many_rows_read_their_constant_weight_packed_panel_major(
+    tasks: list,
+) -> None:
+    """40 rows: the class MatMul, the 120-column one and the Gemm read ``B[N/w, K, w]`` (one
+    vector of columns contiguous over K); the attention product of two activations has no
+    constant to pack."""
+    lanes = vector_lanes(make_target(None))
+    reads = [_weight_read(t) for t in tasks if MatmulSpace().applies_to(t.mod)]
+    packed = [shape for shape, is_packed in reads if is_packed]
+    assert len(packed) == 3, reads
+    for panels, depth, width in packed:
+        assert depth == 120 and width == vector_width(panels * width, lanes)
+    columns = sorted(panels * width for panels, _, width in packed)
+    assert columns == sorted(padded_columns(n, lanes) for n in (48, 120, 300))
+    (attention,) = [shape for shape, is_packed in reads if not is_packed]
+    assert attention == (1, 120, 40)
+
+
 def _classifier(columns: int, seed: int = 0, depth: int = 256) -> onnx.ModelProto:
     """A batch-1 fully connected layer (Gemm with ReLU) from ``depth`` to ``columns``."""
     rng = np.random.default_rng(seed)
@@ -145,6 +178,7 @@ def test_a_batch_one_product_gets_column_panels_that_compute_the_same(columns: i
     model = _classifier(columns)
     _, found = extract_tasks(load_model(models.to_bytes(model)), target, "nchwc")
     (task,) = [t for t in found if MatmulSpace().applies_to(t.mod)]
+    assert not _weight_read(task)[1]  # one row: whole rows of B, not packed
     args = random_args(task.mod)
     reference = run(task.mod, args)
     counts = panel_counts(1, -(-columns // lanes) * lanes, lanes)
