@@ -17,6 +17,13 @@ function it does not fit (two reductions, as in softmax, whose row-reduction spa
 better; writes scattered across blocks, as in a blocked channel shuffle; symbolic extents)
 stays unscheduled, as before.
 
+Our LRN kernels (``ops/lrn.py``) get the one design of their space instead: the rule cannot
+vectorize the blocked kernel's window of squares, so an untuned LRN ran its power scalar. A
+3-minute cold tune of GoogLeNet (light_inception_v1) on Zen 3 (AVX2, 2 threads, 2026-12-07)
+left its first LRN untuned, last by expected gain since its FLOPs are few: 3.13 ms of the
+model's 34.9. GoogLeNet's blocked LRNs alone, the rule against the LRN design: 64 channels at
+55×55 2.82 against 0.36 ms, 192 channels 7.95 against 1.13.
+
 The search measures this schedule once, beside the unscheduled function, as the floor of every
 task that is not a conv, Gemm or MatMul (``tuner/search/strategy.py``): a few generic trials of
 a channel shuffle or a max pool can all be slower than it.
@@ -35,6 +42,7 @@ from tvm.tirx.analysis import undefined_vars
 
 from .ops.annotations import SCHEDULED, mark_space
 from .ops.isa import vector_lanes
+from .spaces.lrn import lrn_kind, schedule_lrn
 
 #: The space name of the schedules no search produced, as the tuning records store it: a task's
 #: unscheduled function (an empty trace) and this module's rule, both measured once as the
@@ -69,7 +77,11 @@ def default_schedule(func: tirx.PrimFunc, lanes: int) -> s_tir.Schedule | None:
     """``func`` scheduled by the rule of the module docstring, or None when it does not apply."""
     sch = s_tir.Schedule(func)
     try:
-        scheduled = _schedule(sch, lanes)
+        if lrn_kind(sch.mod) is not None:
+            schedule_lrn(sch, lanes)
+            scheduled: s_tir.Schedule | None = sch
+        else:
+            scheduled = _schedule(sch, lanes)
     except (ValueError, RuntimeError):  # a ScheduleError or TVM's own: leave the function as is
         return None
     if scheduled is not None:

@@ -12,9 +12,16 @@ from tvm import s_tir, te, tirx, topi
 from tvm.ir import IRModule
 from tvm.script import tirx as T
 
+from convtune.schedules.ops.isa import vector_lanes
+from convtune.schedules.spaces.lrn import SPACE_NAME as LRN_SPACE
+from convtune.schedules.spaces.lrn import lrn_kind
 from convtune.schedules.spaces.registry import space_of
 from convtune.schedules.untuned import DEFAULT_SCHEDULE, PARALLEL_MIN_WORK, default_schedule
-from tests.schedules.kernels import random_args, run
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.target import make_target
+from tests import models
+from tests.schedules.kernels import assert_close, random_args, run
 
 LANES = 16
 
@@ -162,3 +169,23 @@ def test_default_schedule_names_its_space_and_replays() -> None:
     fresh = s_tir.Schedule(mod)
     s_tir.Trace.apply_json_to_schedule(trace, fresh)
     assert tvm_ffi.structural_equal(fresh.mod, sch.mod), "the trace did not replay"
+
+
+@pytest.mark.parametrize(("channels", "kind"), [(32, "blocked"), (20, "nchw")])
+def test_an_untuned_lrn_kernel_gets_its_spaces_design(channels: int, kind: str) -> None:
+    """Our LRN kernels, the blocked one included (whose window of squares the rule left
+    scalar), untuned: the LRN space's vector design, recorded as the default schedule, the
+    same results as the unscheduled kernel."""
+    target = make_target(None)
+    model = models.lrn_model(channels, 5, spatial=54)
+    _, tasks = extract_tasks(load_model(models.to_bytes(model)), target, "nchwc")
+    (task,) = [task for task in tasks if lrn_kind(task.mod) == kind]
+    sch = default_schedule(task.mod["main"], vector_lanes(target))
+    assert sch is not None
+    kinds = _loop_kinds(sch.mod["main"])
+    assert tirx.ForKind.VECTORIZED in kinds and tirx.ForKind.PARALLEL in kinds
+    trace = str(sch.trace.as_json())
+    assert f'"{LRN_SPACE}"' in trace.replace('\\"', '"')
+    assert space_of(trace) == DEFAULT_SCHEDULE
+    args = random_args(task.mod)
+    assert_close(run(sch.mod, args), run(task.mod, args))
