@@ -2,7 +2,8 @@
 
 A trace is ``[instructions, decisions]``; an instruction is ``[kind, inputs, attrs, outputs]``
 and a decision is ``[instruction index, value]``. Sampled values are resolved by following the
-random variables they produce: ``SamplePerfectTile`` → loop split factors (tile sizes),
+random variables they produce: ``Split`` by sampled or constant factors → tile sizes (``None``
+for the factor TVM infers), ``SamplePerfectTile`` → the factors it picked,
 ``SampleCategorical`` → the candidate it picked (the unroll step when an
 ``meta_schedule.unroll_explicit`` annotation consumes it), ``Split``/``Fuse`` → loop extents,
 so a ``Vectorize`` of a loop with a known extent gives the vector width in lanes.
@@ -21,7 +22,7 @@ _UNROLL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit"
 class ScheduleSummary:
     """What a person wants to know about a schedule; empty lists when the trace has none."""
 
-    tiles: list[dict[str, Any]] = field(default_factory=list)  # {"loop", "factors"}
+    tiles: list[dict[str, Any]] = field(default_factory=list)  # {"loop", "factors": [int|None]}
     unroll: list[int] = field(default_factory=list)  # max unroll steps picked
     vector_lanes: list[int] = field(default_factory=list)  # extents of vectorized loops
     vectorize_annotations: list[int] = field(default_factory=list)  # meta_schedule.vectorize
@@ -76,16 +77,24 @@ def _apply(
     if kind == "SamplePerfectTile" and isinstance(decision, list):
         for name, factor in zip(outputs, decision, strict=False):
             values[name] = factor
-        summary.tiles.append({"loop": inputs[0] if inputs else "?", "factors": list(decision)})
     elif kind == "SampleCategorical" and _as_int(decision) is not None and attrs:
         candidates = attrs[0]
         if isinstance(candidates, list) and 0 <= decision < len(candidates) and outputs:
             values[outputs[0]] = candidates[decision]
     elif kind == "Split":
-        for name, factor in zip(outputs, inputs[1:], strict=False):
-            known = _as_int(factor) if not isinstance(factor, str) else values.get(factor)
+        factors = [
+            _as_int(factor) if not isinstance(factor, str) else values.get(factor)
+            for factor in inputs[1:]
+        ]
+        for name, known in zip(outputs, factors, strict=False):
             if known is not None and known > 0:
                 values[name] = known
+        sampled = any(isinstance(f, str) and f in values for f in inputs[1:])
+        if sampled or any(known is not None and known > 1 for known in factors):
+            # Our spaces split by constants and sampled widths as well as by perfect tiles (a
+            # sampled width of 1 is a decision too); the factor TVM infers (``None``) stays
+            # unknown without the loop's extent.
+            summary.tiles.append({"loop": inputs[0] if inputs else "?", "factors": factors})
     elif kind == "Fuse" and outputs:
         extents = [values.get(name) for name in inputs]
         if extents and all(e is not None for e in extents):

@@ -22,6 +22,7 @@ from convtune.db.models import (
     WorkloadRow,
 )
 from convtune.db.ms_database import to_plain
+from convtune.schedules.spaces.registry import SPACES
 from convtune.service.dashboard import series
 from convtune.service.dashboard.traces import summarize_trace
 from convtune.service.dashboard.views import (
@@ -30,6 +31,11 @@ from convtune.service.dashboard.views import (
     layer_page,
     models_overview,
 )
+from convtune.tuner.graph.extract import extract_tasks
+from convtune.tuner.graph.ingest import load_model
+from convtune.tuner.target import make_target
+from tests.models import three_conv_cnn, to_bytes
+from tests.schedules.kernels import postprocessed_designs
 
 
 def _scheduled_matmul(seed: int) -> tuple[Schedule, list[int], int]:
@@ -62,6 +68,28 @@ def test_decisions_of_a_real_trace(seed: int) -> None:
     assert summary.vector_lanes == [tiles[1]]
     assert summary.unroll == [unroll]
     assert summary.instructions == len(stored[0])
+
+
+def test_every_design_of_our_conv_spaces_shows_its_tiles() -> None:
+    """Our register-block spaces split by constants and by sampled widths, not only by perfect
+    tiles (CI once showed a stem conv's best schedule with no tile sizes at all): the decisions
+    of every design of every conv space that takes the convs of ``three_conv_cnn`` name a tile,
+    each of its known factors positive."""
+    target = make_target(None)
+    _, tasks = extract_tasks(load_model(to_bytes(three_conv_cnn())), target, "nchwc")
+    seen = set()
+    for task in tasks:
+        if task.kind != "conv":
+            continue
+        for space in SPACES:
+            if space.name == "generic" or not space.applies_to(task.mod):
+                continue
+            for design in postprocessed_designs(space, task.mod, target):
+                tiles = summarize_trace(to_plain(design.trace.as_json())).tiles
+                assert tiles, (space.name, str(design.trace))
+                assert all(f is None or f > 0 for tile in tiles for f in tile["factors"])
+                seen.add(space.name)
+    assert {"stem-nchw-nchwc", "nchwc-regblock"} <= seen, seen
 
 
 @pytest.mark.parametrize("trace", [None, [], "x", [[], []], [[["Split"]], [["bad"]]]])
