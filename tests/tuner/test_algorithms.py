@@ -91,7 +91,8 @@ def test_a_tuned_model_builds_the_faster_algorithm_and_matches_onnxruntime(
     tmp_path, sqlite_engine
 ) -> None:
     """128 channels at 28×28: F(4×4) does a quarter of the direct conv's multiplies; with a few
-    trials each, the build must pick the kernel measured fastest and still match onnxruntime.
+    trials each, the build must pick the kernel measured fastest, whichever it is, and still match
+    onnxruntime.
     (At 64 channels, timed with the weights cold, CI on Emerald Rapids once measured the direct
     kernel ahead: 0.203 ms against F(4×4)'s 0.209.)"""
     ingested = load_model(to_bytes(conv_net(in_channels=128, out_channels=128, size=28)))
@@ -106,10 +107,14 @@ def test_a_tuned_model_builds_the_faster_algorithm_and_matches_onnxruntime(
         if layer["kind"] == "conv"
     }
     assert set(conv_layers) == {0, 2, 4}
+    # Which one wins after 4 trials is the machine's call (CI on Zen 4 once measured the direct
+    # kernel at 2.72 ms against F(2×2)'s 3.61 and F(4×4)'s 3.05): the build must follow it. The
+    # weights (2.4 MB at most) load in well under a tenth of these times, so the bandwidth
+    # floor of `choose_winograd` does not change the order.
     fastest = min(conv_layers, key=lambda tile: conv_layers[tile])
-    assert fastest != 0, conv_layers  # Winograd measured faster than the direct kernel
     plan = manifest["layout_plan"]["convs"][0]
-    assert plan["algorithm"] == f"winograd F({fastest}x{fastest},3x3)", conv_layers
+    expected = "direct" if fastest == 0 else f"winograd F({fastest}x{fastest},3x3)"
+    assert plan["algorithm"] == expected, conv_layers
     assert result.search.trials_measured > 0
 
     refused = tune_model(
