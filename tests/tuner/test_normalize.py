@@ -330,3 +330,137 @@ def test_tf2onnx_transposes_around_convs_cancel() -> None:
     assert "transposes" in applied
     assert _ops(out).count("Transpose") == 2
     assert _same_under_ort(model, out)
+
+
+def _nhwc_head(reduce_axes: list[int], keepdims: int, opset: int = 17) -> onnx.ModelProto:
+    """A conv whose NCHW output tf2onnx transposes to NHWC, then a Relu and a Reduce of it."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    reduce_inputs, attrs, inits = ["r"], {"keepdims": keepdims}, [("w", w)]
+    if opset >= 18:
+        reduce_inputs.append("axes")
+        inits.append(("axes", np.array(reduce_axes, dtype=np.int64)))
+    else:
+        attrs["axes"] = reduce_axes
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Relu", ["t"], ["r"]),
+        helper.make_node("ReduceMean", reduce_inputs, ["y"], **attrs),
+    ]
+    full = [1, 6, 6, 8]
+    out = [
+        1 if i in reduce_axes else d for i, d in enumerate(full) if keepdims or i not in reduce_axes
+    ]
+    return _model(nodes, [("x", [1, 3, 6, 6])], [("y", out)], inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_an_nhwc_global_mean_reduces_the_conv_output_before_any_transpose(
+    keepdims: int, opset: int
+) -> None:
+    """tf2onnx's global average pool, ReduceMean over NHWC's H and W: the mean runs on the
+    conv's NCHW output over axes 2 and 3, kept (the blocked layout reduces NCHWc in place), and
+    the Transpose of the full map is gone; only reshapes of the small result remain."""
+    model = _nhwc_head([1, 2], keepdims, opset)
+    out, applied = nz.normalize(model)
+    assert "transposes" in applied
+    ops = _ops(out)
+    assert "Transpose" not in ops, ops
+    mean = next(n for n in out.graph.node if n.op_type == "ReduceMean")
+    (relu,) = [n for n in out.graph.node if mean.input[0] in n.output]
+    assert relu.op_type == "Relu" and list(relu.input) == ["c"]
+    assert helper.get_attribute_value(next(a for a in mean.attribute if a.name == "keepdims")) == 1
+    axes = (
+        numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == mean.input[1]))
+        if opset >= 18
+        else helper.get_attribute_value(next(a for a in mean.attribute if a.name == "axes"))
+    )
+    assert sorted(int(a) for a in axes) == [2, 3]
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_a_reduce_whose_kept_axes_change_order_keeps_a_transpose_of_its_small_result(
+    keepdims: int,
+) -> None:
+    """A mean over NHWC's H alone leaves (N, W, C), which NCHW's order (N, C, W) is not: the
+    Transpose moves after the mean, onto the reduced tensor."""
+    model = _nhwc_head([1], keepdims)
+    out, _ = nz.normalize(model)
+    ops = _ops(out)
+    assert ops.index("ReduceMean") < ops.index("Transpose"), ops
+    assert _same_under_ort(model, out)
+
+
+@pytest.mark.parametrize(
+    ("shape", "perm", "reshaped"),
+    [
+        ([1, 8, 8, 1], [0, 3, 1, 2], True),  # grayscale NHWC input to NCHW
+        ([1, 1, 5, 7], [0, 2, 3, 1], True),
+        ([1, 8, 8, 2], [0, 3, 1, 2], False),  # a real move of the channels
+        ([1, 8, 1, 4], [0, 3, 1, 2], False),  # 4 channels pass the 8 rows
+    ],
+)
+def test_a_transpose_of_unit_axes_becomes_a_reshape(shape, perm, reshaped) -> None:
+    out_shape = [shape[p] for p in perm]
+    model = _model(
+        [
+            helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+            helper.make_node("Relu", ["t"], ["y"]),
+        ],
+        [("x", shape)],
+        [("y", out_shape)],
+    )
+    out, applied = nz.normalize(model)
+    assert ("unit-transposes" in applied) == reshaped
+    assert ("Reshape" in _ops(out)) == reshaped and ("Transpose" in _ops(out)) != reshaped
+    assert _same_under_ort(model, out)
+
+
+def test_the_corpus_tf2onnx_cnn_keeps_no_transpose() -> None:
+    """The corpus's tf2onnx export: the grayscale input's Transpose is a Reshape, those around
+    each conv cancel, and the last one goes into the global mean."""
+    from bench.corpus.legacy import tf2onnx_nhwc_cnn
+
+    model = tf2onnx_nhwc_cnn()
+    assert _ops(model).count("Transpose") == 14
+    out, _ = nz.normalize(model)
+    assert "Transpose" not in _ops(out), _ops(out)
+
+
+@pytest.mark.parametrize(
+    ("opset", "mask_read", "training", "identity"),
+    [
+        (9, False, None, True),  # a legacy export: ratio attribute, mask unread
+        (13, False, False, True),
+        (13, False, None, True),
+        (13, True, None, False),  # the graph reads the mask
+        (13, False, True, False),  # training mode: random, left alone
+    ],
+)
+def test_an_inference_dropout_becomes_an_identity(opset, mask_read, training, identity) -> None:
+    rng = np.random.default_rng(2)
+    inputs, inits = ["h"], [("w", rng.standard_normal((16, 8)).astype(np.float32))]
+    if opset >= 12:
+        inputs.append("ratio")
+        inits.append(("ratio", np.array(0.5, dtype=np.float32)))
+        if training is not None:
+            inputs.append("training")
+            inits.append(("training", np.array(training)))
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Dropout", inputs, ["d", "mask"]),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    outputs = [("y", [1, 8])]
+    if mask_read:
+        nodes.append(helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT))
+        outputs.append(("m", [1, 8]))
+    model = _model(nodes, [("x", [1, 16])], outputs, inits, opset=opset)
+    out, applied = nz.normalize(model, check=not training)
+    assert ("dropout" in applied) == identity
+    assert ("Dropout" in _ops(out)) != identity
+    if not training:
+        assert _same_under_ort(model, out)
