@@ -9,6 +9,7 @@ the reader.
 Why these layers: the service drives the tuner; the tuner's pipeline drives the search, which
 measures candidates and reads the graph's tasks; the graph lowers ONNX into tasks using the
 schedules' op definitions; spaces schedule ops and lowering passes finish what they generate;
+the CPU intrinsics loader only prepares TVM for the spaces, beside the ops;
 db and the tuner's TVM-free base (errors, options, target, events, artifact files, tables) serve
 everything above and depend on nothing of ours.
 """
@@ -42,7 +43,7 @@ LAYERS: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("tuner.graph",),),
     (("schedules.spaces", "schedules.untuned"),),
     (("schedules.lowering",),),
-    (("schedules.ops",),),
+    (("schedules.ops",), ("schedules.cpu_intrinsics",)),
     (
         ("db",),
         (

@@ -26,6 +26,8 @@ from tvm.ir import IRModule
 from tvm.s_tir.meta_schedule.space_generator import SpaceGenerator
 from tvm.target import Target
 
+# Before any TuneContext: MetaSchedule's import of every backend's intrinsics took 40 s a job.
+from .. import cpu_intrinsics  # noqa: F401
 from ..ops.annotations import DEFAULT_SPACE, SPACE_ANNOTATION, mark_space
 
 __all__ = ["DEFAULT_SPACE", "SPACE_ANNOTATION", "ScheduleSpace", "mark_space"]
