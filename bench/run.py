@@ -458,6 +458,12 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         "cost_model": warm,
         "extraction_minutes": (moments.get(EventKind.EXTRACTED, started_at) - begun).total_seconds()
         / 60,
+        # Where a job's wall time goes beyond its budget: each stage's first event, in seconds
+        # from the job's start.
+        "stage_seconds": {
+            str(kind.value): round((moment - begun).total_seconds(), 1)
+            for kind, moment in sorted(moments.items(), key=lambda item: item[1])
+        },
         "allocation": planned.allocation if planned else [],
         "artifact_id": tuned.artifact_id,
         "machine": machine(),

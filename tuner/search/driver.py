@@ -125,6 +125,9 @@ def run_search(
     budget while a later space, the depthwise one on MobileNetV2, never ran). Then one pass
     over the union of each task's applicable ``spaces``, started from the best records so far.
     """
+    # The clock starts here: the budget covers planning, the space checks and the cost model's
+    # warm start, not only the trials after them.
+    deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
     result = SearchResult()
     peak = stored_peak(database.records.engine, target)
     # Marks workloads exhausted or converged under these spaces, and skips them next time.
@@ -168,7 +171,6 @@ def run_search(
         return result
     # The runner's worker process inherits this: it measures with the artifact's thread count.
     os.environ["TVM_NUM_THREADS"] = str(threads)
-    deadline = time.monotonic() + budget_minutes * 60.0 if budget_minutes is not None else None
     budget = TrialBudget(plan, database, deadline, should_stop, result, searched_key)
 
     store = CostModelStore(database, seed=seed, threads=threads)
