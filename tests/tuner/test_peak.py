@@ -72,6 +72,13 @@ def test_peak_bounds_numpy_sgemm():
         best = max(best, measure_peak(1, repeats=3, seconds=0.05).gflops_per_core)
         avx2 = max(avx2, measure_peak(1, isa="avx2", repeats=3, seconds=0.05).gflops_per_core)
         numpy_gflops = max(numpy_gflops, _numpy_sgemm_gflops_one_thread())
+    # A peak sample that lost its time slices to the other test worker reads low (45.9 against
+    # numpy's 78.2 on a Zen 3 VM, whose peak is 90): more samples, since contention only ever
+    # lowers a figure, until the peak is above numpy's or ten more have not lifted it.
+    for _ in range(10):
+        if numpy_gflops <= best * 1.1:
+            break
+        best = max(best, measure_peak(1, repeats=3, seconds=0.2).gflops_per_core)
     assert numpy_gflops <= best * 1.1, (numpy_gflops, best)
     assert numpy_gflops >= avx2 / 2, (numpy_gflops, avx2)
     assert best >= 0.9 * avx2  # wider vectors are never slower
