@@ -90,9 +90,11 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
     compared = seen[-2][1]
     assert compared["ms"] > 0 and compared["ort_ms"] > 0 and compared == manifest["peer_check"]
 
-    # Side by side in one process, same threads: tuned vs TVM's unscheduled loops.
+    # Side by side in one process on one thread: tuned vs TVM's unscheduled loops (serial). On
+    # two threads the tuned kernels' barriers wait out every time slice the other test worker
+    # takes from one core: CI on a Zen 3 VM measured 2.4× there.
     threads = manifest["threads"]
-    set_threads(threads)
+    set_threads(1)
     names = [spec.name for spec in ingested.inputs]
     untuned = Artifact.load(
         compile_untuned(ingested, make_target(None), tmp_path / "untuned"), names
@@ -108,6 +110,7 @@ def test_tuned_three_conv_cnn_beats_untuned_by_5x_and_matches_onnxruntime(tmp_pa
         rounds=15,
         min_round_s=0.01,
     )
+    set_threads(threads)
     speedup = stats["untuned"].median / stats["tuned"].median
     assert speedup >= 5.0, f"tuned is only {speedup:.1f}x faster than untuned"
 
