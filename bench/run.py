@@ -456,8 +456,6 @@ def run_model(name: str, args: argparse.Namespace, engine: Any, peak: PeakResult
         "label": args.label,
         "curve": curve,
         "cost_model": warm,
-        "extraction_minutes": (moments.get(EventKind.EXTRACTED, started_at) - begun).total_seconds()
-        / 60,
         # Where a job's wall time goes beyond its budget: each stage's first event, in seconds
         # from the job's start.
         "stage_seconds": {

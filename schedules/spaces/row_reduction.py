@@ -113,10 +113,9 @@ def row_reductions(sch: Schedule) -> list[str] | None:
     return names or None
 
 
-def shared_elementwise(sch: Schedule) -> list[str]:
+def shared_elementwise(sch: Schedule, names: list[str]) -> list[str]:
     """The elementwise blocks but the output that two or more blocks read (Softmax's ``exp``,
-    read by its sum and by the output)."""
-    names = row_reductions(sch) or []
+    read by its sum and by the output); ``names`` are the task's :func:`row_reductions`."""
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))[:-1]
     return [
         str(sch.get(block).name_hint)
@@ -132,7 +131,7 @@ def schedule_rows(sch: Schedule, lanes: int, materialize: bool = False) -> None:
     blocks do not fit it (``applies_to`` tries it first)."""
     names = row_reductions(sch)
     assert names is not None, "the space applies to row reductions only"
-    kept = shared_elementwise(sch) if materialize else []
+    kept = shared_elementwise(sch, names) if materialize else []
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     output = blocks[-1]
     reductions = [sch.get_sblock(name) for name in names]
@@ -179,7 +178,7 @@ def _factor(sch: Schedule, block: SBlockRV, lanes: int) -> None:
 def row_sketches(sch: Schedule, lanes: int) -> list[Schedule]:
     """The inline design, and the materialized one where a block is read twice."""
     designs = [sch]
-    if shared_elementwise(sch):
+    if shared_elementwise(sch, row_reductions(sch) or []):
         kept = sch.copy()
         schedule_rows(kept, lanes, materialize=True)
         designs.append(kept)
@@ -188,14 +187,14 @@ def row_sketches(sch: Schedule, lanes: int) -> list[Schedule]:
 
 
 def fits(mod: IRModule) -> bool:
-    """Whether the task is made of row reductions and elementwise blocks that the schedule
+    """Whether the task is made of row reductions and elementwise blocks that every design
     fits, tried on a scratch schedule so the space declines instead of raising while
     MetaSchedule generates its designs."""
     sch = Schedule(mod)
     if row_reductions(sch) is None:
         return False
     try:
-        schedule_rows(sch, lanes=16)
+        row_sketches(sch, lanes=16)
     except (ValueError, RuntimeError):  # a ScheduleError or TVM's own error
         return False
     return True

@@ -930,10 +930,10 @@ def _reduce_before_transpose(
 ) -> list[onnx.NodeProto] | None:
     """``Reduce(Transpose(x, perm), axes)`` as the Reduce of ``x`` over the axes they came from
     (kept, so that the blocked layout reduces NCHWc in place: the global mean of an NHWC head)
-    followed by whatever moves the small result into place: nothing but a Squeeze and
-    Unsqueeze when the kept axes stay in order, else the Transpose, now of the reduced tensor.
-    tf2onnx's global average pool: ``to_nchw``, the transpose to NHWC and the mean, three
-    kernels over the whole feature map, became one blocked mean."""
+    followed by the Transpose, now of the reduced tensor (where only its size-1 axes move, the
+    ``unit-transposes`` pass makes it a Reshape). tf2onnx's global average pool: ``to_nchw``,
+    the transpose to NHWC and the mean, three kernels over the whole feature map, became one
+    blocked mean."""
     rank = len(perm)
     axes = _reduce_axes(g, reduce, rank)
     if axes is None:
@@ -949,16 +949,6 @@ def _reduce_before_transpose(
     if "axes" in attrs:
         attrs["axes"] = source
     nodes = [helper.make_node(reduce.op_type, inputs, [reduced], name=reduce.name, **attrs)]
-    kept = [perm[i] for i in range(rank) if i not in axes]
-    if kept == sorted(kept):
-        # Only reduced (size-1) axes move: the result is a reshape of the reduced tensor.
-        squeezed = final if not keepdims else g.fresh(f"{final}_squeezed")
-        moved = g.add_const(f"{final}_axes", np.array(source, dtype=np.int64))
-        nodes.append(helper.make_node("Squeeze", [reduced, moved], [squeezed]))
-        if keepdims:
-            back = g.add_const(f"{final}_axes", np.array(axes, dtype=np.int64))
-            nodes.append(helper.make_node("Unsqueeze", [squeezed, back], [final]))
-        return nodes
     transposed = final if keepdims else g.fresh(f"{final}_t")
     nodes.append(helper.make_node("Transpose", [reduced], [transposed], perm=perm))
     if not keepdims:
