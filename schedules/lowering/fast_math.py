@@ -40,7 +40,9 @@ and ``powf``'s values at zero and for negative x. Within 26.5 ulp of float64 for
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+import tvm
 from tvm import DataType, tirx
 
 # Cephes expf: the polynomial for (e^r - 1 - r) / r², highest degree first.
@@ -138,15 +140,24 @@ def _polynomial(coefficients: tuple[float, ...], x: tirx.PrimExpr) -> tirx.PrimE
     return value
 
 
-def fast_erf(x: tirx.PrimExpr) -> tirx.PrimExpr:
-    """``erf(x)`` for an fp32 expression (scalar or vector), as a rational function."""
+def fast_erf(
+    x: tirx.PrimExpr, reciprocal: Callable[[tirx.PrimExpr], tirx.PrimExpr] | None = None
+) -> tirx.PrimExpr:
+    """``erf(x)`` for an fp32 expression (scalar or vector), as a rational function; its
+    division by ``Q(x²)`` (negative, bounded away from 0) a multiplication by
+    ``reciprocal(-Q)`` where one is given (``reciprocals.py``)."""
     f32 = "float32"
     lets = _Lets()
     x = lets.bind(
         tirx.max(tirx.min(x, tirx.const(ERF_BOUND, f32)), tirx.const(-ERF_BOUND, f32)), "erf_x"
     )
     x2 = lets.bind(x * x, "erf_x2")
-    ratio = x * _polynomial(_ERF_NUMERATOR, x2) / _polynomial(_ERF_DENOMINATOR, x2)
+    numerator = x * _polynomial(_ERF_NUMERATOR, x2)
+    if reciprocal is None:
+        ratio = numerator / _polynomial(_ERF_DENOMINATOR, x2)
+    else:
+        negated = tuple(-c for c in _ERF_DENOMINATOR)
+        ratio = tirx.const(0.0, f32) - numerator * reciprocal(_polynomial(negated, x2))
     # Near ±4 the rational function overshoots 1 by an ulp; erf never does.
     return lets.around(tirx.max(tirx.min(ratio, tirx.const(1.0, f32)), tirx.const(-1.0, f32)))
 
@@ -172,8 +183,12 @@ def _lower_erf(call: tirx.Call) -> tirx.PrimExpr:
     if _is_float32(x):
         return fast_erf(x)
     dtype = DataType(str(x.ty.dtype))
-    if dtype.bits == 64:  # what TVM's own rule does: libm's double erf
-        return tirx.call_pure_extern(str(dtype), "erf", x)
+    if dtype.bits == 64:  # what TVM's own rule does: libm's double erf, one call per lane
+        if dtype.lanes == 1:
+            return tirx.call_pure_extern(str(dtype), "erf", x)
+        lanes = [tirx.Shuffle([x], [tirx.IntImm("int32", i)]) for i in range(dtype.lanes)]
+        calls = [tirx.call_pure_extern("float64", "erf", lane) for lane in lanes]
+        return tirx.Shuffle(calls, [tirx.IntImm("int32", i) for i in range(dtype.lanes)])
     # fp16/bf16: through fp32, where TVM's rule would call erff anyway.
     wide = "float32" if dtype.lanes == 1 else f"float32x{dtype.lanes}"
     return tirx.Cast(str(dtype), fast_erf(tirx.Cast(wide, x)))
@@ -302,5 +317,11 @@ def use_fast_math() -> None:
     if not _installed:
         tirx.register_intrin_lowering("tirx.exp", "llvm", f=_lower_exp, level=LOWERING_LEVEL)
         tirx.register_intrin_lowering("tirx.erf", "llvm", f=_lower_erf, level=LOWERING_LEVEL)
+        # TVM marks exp, sigmoid and tanh vectorizable but not erf, so its vectorizer wrote a
+        # GELU epilogue's erf as 16 scalar calls per vector, left to LLVM's loop vectorizer.
+        # Ours lowers a vector as well as a scalar.
+        op = tvm.ir.Op.get("tirx.erf")
+        if not op.get_attr("TVectorizable"):
+            op.set_attr("TVectorizable", True)
         tirx.register_intrin_lowering("tirx.pow", "llvm", f=_lower_pow, level=LOWERING_LEVEL)
         _installed = True

@@ -16,6 +16,7 @@ from .bf16_dot import LinkDpbf16ps
 from .denormals import FlushDenormals
 from .peel_tails import NarrowPeeledLoops
 from .prefetch import InjectPrefetch
+from .reciprocals import LowerDivisions
 from .stack_locals import KeepLocalsOnStack
 from .table_lookup import PermuteTableReads
 
@@ -24,11 +25,12 @@ PIPELINE = "s_tir"
 #: Our passes, in order, after TVM's TIR pipeline and before its host passes (which turn
 #: allocations into workspace calls, so ``KeepLocalsOnStack`` must come before them).
 #: ``LinkDpbf16ps`` must follow TVM's bf16 legalization (in its pipeline), which would rewrite
-#: the wrapper's operands. ``ConfigureAmxTiles`` must follow ``FlushDenormals``, which splits
+#: the wrapper's operands. ``LowerDivisions`` expands erf and sigmoid before ``LowerIntrin`` (a
+#: host pass) would. ``ConfigureAmxTiles`` must follow ``FlushDenormals``, which splits
 #: each parallel loop into one chunk per task.
 PASSES = (
-    InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals, ConfigureAmxTiles,
-    PermuteTableReads,
+    LowerDivisions, InjectPrefetch, KeepLocalsOnStack, LinkDpbf16ps, FlushDenormals,
+    ConfigureAmxTiles, PermuteTableReads,
 )  # fmt: skip
 #: Our passes before TVM's pipeline, on the scheduled functions.
 PRE_PASSES = (NarrowPeeledLoops,)

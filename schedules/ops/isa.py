@@ -18,7 +18,7 @@ def _mcpu(target: Target) -> str:
     return str(target.attrs.get("mcpu", "")) or codegen.llvm_get_system_cpu()
 
 
-def _has_feature(target: Target, feature: str) -> bool:
+def has_feature(target: Target, feature: str) -> bool:
     mcpu = _mcpu(target)
     triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
     # -mattr counts: a VM's znver4 without AVX-512 is "znver4" with "-avx512f" (tuner/target.py).
@@ -28,31 +28,31 @@ def _has_feature(target: Target, feature: str) -> bool:
 
 
 def has_avx512(target: Target) -> bool:
-    return _has_feature(target, "avx512f")
+    return has_feature(target, "avx512f")
 
 
 def has_vnni(target: Target) -> bool:
     """Whether the target CPU has AVX-512 VNNI (``vpdpbusd`` on zmm): Cascade Lake and later
     Xeons, Zen 4 and Zen 5 (LLVM's ``znver4`` lists it)."""
-    return _has_feature(target, "avx512vnni")
+    return has_feature(target, "avx512vnni")
 
 
 def has_vbmi(target: Target) -> bool:
     """Whether the target CPU has AVX-512 VBMI (``vpermi2b``, byte permutes across a zmm): Ice
     Lake and later Xeons, Zen 4 and Zen 5; not Cascade Lake, which has VNNI."""
-    return _has_feature(target, "avx512vbmi")
+    return has_feature(target, "avx512vbmi")
 
 
 def has_amx_int8(target: Target) -> bool:
     """Whether the target CPU has AMX tiles with the int8 product (``tdpbusd``): Sapphire Rapids
     and later Xeons (``schedules/ops/amx.py``)."""
-    return _has_feature(target, "amx-tile") and _has_feature(target, "amx-int8")
+    return has_feature(target, "amx-tile") and has_feature(target, "amx-int8")
 
 
 def has_amx_bf16(target: Target) -> bool:
     """Whether the target CPU has AMX tiles with the bf16 product (``tdpbf16ps``): Sapphire
     Rapids and later Xeons."""
-    return _has_feature(target, "amx-tile") and _has_feature(target, "amx-bf16")
+    return has_feature(target, "amx-tile") and has_feature(target, "amx-bf16")
 
 
 def amx_precisions(target: Target) -> tuple[str, ...]:
@@ -65,7 +65,7 @@ def amx_precisions(target: Target) -> tuple[str, ...]:
 def has_bf16(target: Target) -> bool:
     """Whether the target CPU has AVX-512 BF16 (``vdpbf16ps`` on zmm): Cooper Lake, Sapphire
     Rapids and later Xeons, Zen 4 and Zen 5."""
-    return _has_feature(target, "avx512bf16")
+    return has_feature(target, "avx512bf16")
 
 
 #: CPUs whose 512-bit FMA is two 256-bit halves (LLVM's scheduling model of Zen 4): a half
