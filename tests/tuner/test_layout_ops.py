@@ -716,6 +716,38 @@ def test_half_blocked_outputs_are_computed_padded_where_the_whole_register_is_fa
     assert compare(ours, reference, [o.name for o in ingested.outputs], seed=1).passed
 
 
+def squeeze_excitation_half_bottleneck() -> onnx.ModelProto:
+    """PP-OCRv6's squeeze-excitation: a global mean of 96 channels, a one-pixel 96→24 1×1
+    conv (24 = 3 half blocks), 24→96 back, hard-sigmoid, the product."""
+    n = Net(channels=16, size=6)
+    x = n.conv("x", 16, 96, kernel=1, act="Relu")
+    mean = n.op("ReduceMean", [x], axes=[2, 3], keepdims=1)
+    squeezed = n.conv(mean, 96, 24, kernel=1, act="Relu")
+    gate = n.op("HardSigmoid", [n.conv(squeezed, 24, 96, kernel=1, act=None)])
+    return n.model(n.conv(n.op("Mul", [x, gate]), 96, 16, kernel=1), "se_half_bottleneck")
+
+
+def test_a_one_pixel_conv_into_half_blocks_is_blocked_where_it_is_computed_padded(
+    host, tmp_path: Path
+) -> None:
+    """On a full-width-FMA CPU the one-pixel 96→24 conv is computed as 32 channels and
+    returned in 8-channel blocks; the one-pixel reshape into the held block must start from
+    those (it started from 16 and PP-OCRv6 small rec's conv fell back to NCHW)."""
+    original = squeeze_excitation_half_bottleneck()
+    ingested = load_model(models.to_bytes(original))
+    relax_model = model_for_target(ingested, make_target("llvm -mcpu=znver5 -num-cores=2"))
+    plan = relax_model.plan
+    assert plan is not None and not plan.fallback
+    (squeeze,) = [c for c in plan.convs if (c.in_channels, c.out_channels) == (96, 24)]
+    assert squeeze.layout.endswith("NCHW8c") and squeeze.computed_channels == 32, squeeze
+    assert plan.blocked_convs == len(plan.convs)
+    so_path = build_library(relax_model, ms.database.MemoryDatabase(), host, tmp_path)
+    feeds = models.random_inputs(original, seed=1)
+    ours = Artifact.load(so_path, ["x"]).run(feeds)
+    reference = [np.asarray(r) for r in models.run_onnxruntime(original, feeds)]
+    assert compare(ours, reference, [o.name for o in ingested.outputs], seed=1).passed
+
+
 def test_a_concat_of_half_blocks_is_reblocked_by_a_copy_of_runs(target) -> None:
     """The 8 → 16 re-blocking of the whole concat is the copy of 8-channel runs
     (``channel_blocking.reblocking_kernel``), not TVM's gather."""

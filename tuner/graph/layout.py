@@ -721,7 +721,12 @@ class _BlockingMutator(PyExprMutator):
         if kind.writes_blocked:
             if at_one_pixel:  # the kernel's block, reshaped to the one its tensors are held in
                 held_block = self._known_block(out_shape[1])
-                built = self._reblocked(self.builder_.emit(built), out_block, held_block)
+                emitted = self.builder_.emit(built)
+                # The block the kind wrote, not the one it computed in: the padded kind
+                # computes 24 channels as 32 in 16-channel blocks and returns 8-channel ones.
+                shape = static_shape(emitted.ty)
+                written = shape[-1] if shape is not None else out_block
+                built = self._reblocked(emitted, written, held_block)
             self._emit_blocked(var, built, out_shape[1])
         else:
             self._emit_nchw(var, built)
