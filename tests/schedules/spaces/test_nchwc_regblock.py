@@ -18,6 +18,7 @@ from convtune.schedules.spaces.nchwc_regblock import (
     is_blocked_conv,
     schedule_blocked_conv,
 )
+from convtune.schedules.spaces.nchwc_regblock2d import SPACE_NAME as TWO_D_SPACE
 from convtune.tuner.graph.extract import extract_tasks
 from convtune.tuner.graph.ingest import load_model
 from convtune.tuner.options import TuneOptions
@@ -121,4 +122,5 @@ def test_tuned_nchwc_model_matches_onnxruntime(tmp_path, db_engine, config) -> N
     with Session(db_engine) as session:
         spaces = set(session.scalars(select(TuningRecordRow.space)))
     blocked = config["in_channels"] % 16 == 0
-    assert (SPACE_NAME in spaces) == blocked
+    # The 2-D block seeds first on a blocked conv; two trials may not reach the 1-D one.
+    assert bool({SPACE_NAME, TWO_D_SPACE} & spaces) == blocked, spaces
