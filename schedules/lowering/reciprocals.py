@@ -25,6 +25,11 @@ Here, after TVM's TIR pipeline (vectorized, before ``LowerIntrin`` expands the i
   refines to 0), so the step never meets the 0·∞ it would turn into a NaN. Other divisions keep
   ``vdivps``: a user's divisor may be 0 or infinite.
 
+Measured on that Xeon, each GELU 1×1 conv's best record alone before → after (erf also made
+vectorizable, ``fast_math.py``): 192→384 at 6×80 0.260 → 0.234 ms, 96→192 at 12×80 0.141 →
+0.112, 384→768 at 3×80 0.467 → 0.425; the recogniser rebuilt from the same records, paired,
+0.968× its time.
+
 A lowering, not a rewrite of the workload: task keys and stored records are unchanged.
 """
 
