@@ -32,6 +32,7 @@ elements, and every other block is elementwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import ClassVar
 
@@ -124,14 +125,13 @@ def shared_elementwise(sch: Schedule, names: list[str]) -> list[str]:
     ]
 
 
-def schedule_rows(sch: Schedule, lanes: int, materialize: bool = False) -> None:
-    """The row-by-row schedule of the module docstring (in place); with ``materialize``, the
-    :func:`shared_elementwise` blocks are computed once into their buffer (rows in parallel,
-    vectorized) instead of inline at each reader. Raises a ``ScheduleError`` where the task's
-    blocks do not fit it (``applies_to`` tries it first)."""
+def schedule_rows(sch: Schedule, lanes: int, kept: Sequence[str] = ()) -> None:
+    """The row-by-row schedule of the module docstring (in place); the elementwise blocks named
+    in ``kept`` (:func:`shared_elementwise`) are computed once into their buffer (rows in
+    parallel, vectorized) instead of inline at each reader. Raises a ``ScheduleError`` where
+    the task's blocks do not fit it (``applies_to`` tries it first)."""
     names = row_reductions(sch)
     assert names is not None, "the space applies to row reductions only"
-    kept = shared_elementwise(sch, names) if materialize else []
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     output = blocks[-1]
     reductions = [sch.get_sblock(name) for name in names]
@@ -178,10 +178,11 @@ def _factor(sch: Schedule, block: SBlockRV, lanes: int) -> None:
 def row_sketches(sch: Schedule, lanes: int) -> list[Schedule]:
     """The inline design, and the materialized one where a block is read twice."""
     designs = [sch]
-    if shared_elementwise(sch, row_reductions(sch) or []):
-        kept = sch.copy()
-        schedule_rows(kept, lanes, materialize=True)
-        designs.append(kept)
+    shared = shared_elementwise(sch, row_reductions(sch) or [])
+    if shared:
+        materialized = sch.copy()
+        schedule_rows(materialized, lanes, kept=shared)
+        designs.append(materialized)
     schedule_rows(sch, lanes)
     return designs
 
