@@ -165,14 +165,14 @@ def fast_erf(
 _FLOAT32 = DataType("float32")
 
 
-def _is_float32(x: tirx.PrimExpr) -> bool:
+def is_float32(x: tirx.PrimExpr) -> bool:
     dtype = DataType(str(x.ty.dtype))
     return dtype.type_code == _FLOAT32.type_code and dtype.bits == _FLOAT32.bits
 
 
 def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
     (x,) = call.args
-    if _is_float32(x):
+    if is_float32(x):
         return fast_exp(x)
     # What TVM's own rule does, for the types this one leaves alone (fp64, fp16).
     return tirx.call_llvm_pure_intrin(str(x.ty.dtype), "llvm.exp", x)
@@ -180,7 +180,7 @@ def _lower_exp(call: tirx.Call) -> tirx.PrimExpr:
 
 def _lower_erf(call: tirx.Call) -> tirx.PrimExpr:
     (x,) = call.args
-    if _is_float32(x):
+    if is_float32(x):
         return fast_erf(x)
     dtype = DataType(str(x.ty.dtype))
     if dtype.bits == 64:  # what TVM's own rule does: libm's double erf, one call per lane
@@ -233,7 +233,7 @@ def fast_log(x: tirx.PrimExpr) -> tirx.PrimExpr:
     )
     small = mantissa < tirx.const(_SQRT_HALF, f32)
     e = lets.bind(
-        tirx.Cast(dtype, exponent) - tirx.Select(small, _like(x, 1.0), _like(x, 0.0)), "log_e"
+        tirx.Cast(dtype, exponent) - tirx.Select(small, like(x, 1.0), like(x, 0.0)), "log_e"
     )
     f = lets.bind(tirx.Select(small, mantissa + mantissa, mantissa) - tirx.const(1.0, f32), "log_f")
     f2 = lets.bind(f * f, "log_f2")
@@ -242,7 +242,7 @@ def fast_log(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return lets.around(f + y + e * tirx.const(_LN2_HIGH, f32))
 
 
-def _like(x: tirx.PrimExpr, value: float) -> tirx.PrimExpr:
+def like(x: tirx.PrimExpr, value: float) -> tirx.PrimExpr:
     """The fp32 constant ``value`` with ``x``'s lanes: a vector ``Select`` takes no scalar
     branch (the lowering meets ``pow`` after vectorization, a float32x16 argument)."""
     lanes = DataType(str(x.ty.dtype)).lanes
@@ -254,7 +254,7 @@ def _like(x: tirx.PrimExpr, value: float) -> tirx.PrimExpr:
 _MAX_PRODUCT_EXPONENT = 4
 
 
-def _constant(value: tirx.PrimExpr) -> float | None:
+def constant_value(value: tirx.PrimExpr) -> float | None:
     """The value of a float constant, scalar or broadcast to lanes; None for anything else."""
     if isinstance(value, tirx.Broadcast):
         value = value.value
@@ -273,7 +273,7 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
     one = tirx.const(1.0, "float32")
     integral = exponent == int(exponent)
     if integral and abs(exponent) <= _MAX_PRODUCT_EXPONENT:
-        value: tirx.PrimExpr = _like(x, 1.0) if exponent == 0 else x
+        value: tirx.PrimExpr = like(x, 1.0) if exponent == 0 else x
         for _ in range(int(abs(exponent)) - 1):
             value = value * x
         return lets.around(one / value if exponent < 0 else value)
@@ -281,13 +281,13 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
         return lets.around(tirx.sqrt(x))
     zero = tirx.const(0.0, "float32")
     if exponent == -0.5:  # powf(-0, -½) is +inf, 1/√-0 would be -inf
-        return lets.around(tirx.Select(x == zero, _like(x, math.inf), one / tirx.sqrt(x)))
-    at_zero = _like(x, 0.0 if exponent > 0 else math.inf)
+        return lets.around(tirx.Select(x == zero, like(x, math.inf), one / tirx.sqrt(x)))
+    at_zero = like(x, 0.0 if exponent > 0 else math.inf)
     magnitude = lets.bind(
         fast_exp(tirx.const(exponent, "float32") * fast_log(tirx.abs(x))), "pow_magnitude"
     )
     if not integral:
-        below_zero: tirx.PrimExpr = _like(x, math.nan)
+        below_zero: tirx.PrimExpr = like(x, math.nan)
     else:
         below_zero = zero - magnitude if int(exponent) % 2 else magnitude
     return lets.around(
@@ -297,8 +297,8 @@ def fast_power(x: tirx.PrimExpr, exponent: float) -> tirx.PrimExpr:
 
 def _lower_pow(call: tirx.Call) -> tirx.PrimExpr:
     x, y = call.args
-    exponent = _constant(y)
-    if _is_float32(x) and exponent is not None and math.isfinite(exponent):
+    exponent = constant_value(y)
+    if is_float32(x) and exponent is not None and math.isfinite(exponent):
         return fast_power(x, exponent)
     # What TVM's own rule does: LLVM's pow intrinsic, a libm call per element.
     return tirx.call_llvm_pure_intrin(str(x.ty.dtype), "llvm.pow", x, y)

@@ -44,7 +44,7 @@ from tvm import DataType, ir, tirx
 from tvm.target import Target
 
 from ..ops.isa import has_avx512, has_feature
-from .fast_math import fast_erf
+from .fast_math import constant_value, fast_erf, is_float32, like
 
 #: ``vrcp14ps`` by vector width (lanes), with the AVX-512 feature each width needs.
 _RCP14 = {
@@ -54,50 +54,33 @@ _RCP14 = {
 }
 
 
-def _float32_lanes(expr: tirx.PrimExpr) -> int | None:
-    dtype = DataType(str(expr.ty.dtype))
-    if dtype.type_code != DataType("float32").type_code or dtype.bits != 32:
-        return None
-    return int(dtype.lanes)
-
-
-def _constant(expr: tirx.PrimExpr) -> float | None:
-    if isinstance(expr, tirx.Broadcast):
-        expr = expr.value
-    return float(expr.value) if isinstance(expr, tirx.FloatImm) else None
-
-
 def multiply_by_reciprocal(div: tirx.Div) -> tirx.PrimExpr:
     """``a / c`` as ``a · (1/c)`` where ``c`` is a finite, nonzero float32 constant, and a
     vector ``a / broadcast(s)`` as ``a · broadcast(1/s)``: one scalar division per vector."""
-    lanes = _float32_lanes(div)
-    if lanes is None:
+    if not is_float32(div):
         return div
-    c = _constant(div.b)
+    c = constant_value(div.b)
     if c is not None:
         if c == 0.0 or not np.isfinite(c):
             return div
-        inverse = tirx.FloatImm("float32", float(np.float32(1.0) / np.float32(c)))
-        return div.a * (inverse if lanes == 1 else tirx.Broadcast(inverse, lanes))
-    if lanes > 1 and isinstance(div.b, tirx.Broadcast):
-        scalar = div.b.value
-        return div.a * tirx.Broadcast(tirx.FloatImm("float32", 1.0) / scalar, lanes)
+        return div.a * like(div, float(np.float32(1.0) / np.float32(c)))
+    if isinstance(div.b, tirx.Broadcast):
+        lanes = int(div.b.lanes)
+        return div.a * tirx.Broadcast(tirx.FloatImm("float32", 1.0) / div.b.value, lanes)
     return div
 
 
 def estimate_reciprocal(q: tirx.PrimExpr, intrinsic: str) -> tirx.PrimExpr:
     """``1/q`` as ``vrcp14ps`` refined by one Newton step; ``q`` must be positive and finite."""
     dtype = str(q.ty.dtype)
-    lanes = DataType(dtype).lanes
-    mask = tirx.IntImm("int16" if lanes == 16 else "int8", -1)
+    mask = tirx.IntImm("int16" if DataType(dtype).lanes == 16 else "int8", -1)
     q_var = tirx.Var("rcp_q", dtype)
     r_var = tirx.Var("rcp_r", dtype)
     estimate = tirx.call_llvm_pure_intrin(dtype, intrinsic, q_var, q_var, mask)
-    two = tirx.Broadcast(tirx.FloatImm("float32", 2.0), lanes)
-    return tirx.Let(q_var, q, tirx.Let(r_var, estimate, r_var * (two - q_var * r_var)))
+    return tirx.Let(q_var, q, tirx.Let(r_var, estimate, r_var * (like(q, 2.0) - q_var * r_var)))
 
 
-def _reciprocal_for(target: Target | None, lanes: int | None) -> str | None:
+def _reciprocal_for(target: Target | None, lanes: int) -> str | None:
     """The ``vrcp14ps`` intrinsic for a vector of ``lanes`` float32 on ``target``, if any."""
     if target is None or lanes not in _RCP14 or not has_avx512(target):
         return None
@@ -108,22 +91,19 @@ def _reciprocal_for(target: Target | None, lanes: int | None) -> str | None:
 def lower_divisions(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with the divisions of the module docstring rewritten."""
     target = func.attrs.get("target") if func.attrs is not None else None
-    supported: dict[int | None, str | None] = {}
-
-    def reciprocal(lanes: int | None) -> str | None:
-        if lanes not in supported:
-            supported[lanes] = _reciprocal_for(target, lanes)
-        return supported[lanes]
-
-    def on_div(div: tirx.Div) -> tirx.PrimExpr:
-        return multiply_by_reciprocal(div)
+    supported: dict[int, str | None] = {}  # by lanes: a feature check builds a Target
 
     def on_call(call: ir.Call) -> tirx.PrimExpr:
         name = getattr(call.op, "name", "")
         if name not in ("tirx.erf", "tirx.sigmoid"):
             return call
         (x,) = call.args
-        intrinsic = reciprocal(_float32_lanes(x))
+        if not is_float32(x):
+            return call
+        lanes = int(DataType(str(x.ty.dtype)).lanes)
+        if lanes not in supported:
+            supported[lanes] = _reciprocal_for(target, lanes)
+        intrinsic = supported[lanes]
         if intrinsic is None:
             return call
 
@@ -132,11 +112,11 @@ def lower_divisions(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
         if name == "tirx.erf":
             return fast_erf(x, inverse)
-        lanes = int(DataType(str(x.ty.dtype)).lanes)
-        one, zero = (tirx.Broadcast(tirx.FloatImm("float32", v), lanes) for v in (1.0, 0.0))
-        return inverse(one + tirx.exp(zero - x))
+        return inverse(like(x, 1.0) + tirx.exp(like(x, 0.0) - x))
 
-    body = tvm_ffi.structural_map(func.body, [(tirx.Div, on_div), (ir.Call, on_call)])
+    body = tvm_ffi.structural_map(
+        func.body, [(tirx.Div, multiply_by_reciprocal), (ir.Call, on_call)]
+    )
     return func if body.same_as(func.body) else func.with_body(body)
 
 
